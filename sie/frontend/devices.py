@@ -1,0 +1,333 @@
+"""The frontend's side of the rings: submit token batches, await their results, fail fast.
+
+One `DeviceClient` per frontend process. Results arrive on response rings; the device writes this
+frontend's eventfd once per batch, and `_on_wake` (in the event loop thread, no extra thread)
+drains every response ring and fills the pending requests. A device whose generation changed, or
+that is DOWN, fails every request pending on it at once: timeouts are only a backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from sie.errors import (
+    DeviceUnavailable,
+    InferenceError,
+    InputTooLong,
+    ModelLoadFailed,
+    ModelLoading,
+    QueueFull,
+    ResourceExhausted,
+    SieError,
+)
+from sie.shm.control import ControlBlock, DeviceState, ModelState
+from sie.shm.doorbell import Doorbell, EventFd
+from sie.shm.layout import (
+    Op,
+    ResultBlock,
+    Status,
+    TokenBatch,
+    decode_result,
+    encode_request,
+    request_nbytes,
+)
+from sie.shm.names import Namespace
+from sie.shm.ring import PayloadTooLarge, Ring, RingMissing
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class DenseResult:
+    values: np.ndarray  # float32 [n_items, dim], request order
+    queue_ms: float
+    inference_ms: float
+
+
+@dataclass(slots=True)
+class PendingRequest:
+    future: asyncio.Future[DenseResult]
+    device: int
+    n_items: int
+    values: np.ndarray | None = None
+    filled: int = 0
+    queue_us: int = 0
+    infer_us: int = 0
+
+    def fail(self, error: SieError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def add(self, block: ResultBlock) -> None:
+        if block.status != Status.OK:
+            self.fail(_status_error(block))
+            return
+        if self.values is None:
+            self.values = np.empty((self.n_items, block.values.shape[1]), np.float32)
+        self.values[block.item_index] = block.values
+        self.filled += block.n_items
+        self.queue_us = max(self.queue_us, block.queue_us)
+        self.infer_us += block.infer_us
+        if self.filled >= self.n_items and not self.future.done():
+            self.future.set_result(DenseResult(self.values, self.queue_us / 1000, self.infer_us / 1000))
+
+
+def _status_error(block: ResultBlock) -> SieError:
+    if block.status == Status.QUEUE_FULL:
+        return QueueFull("Too many pending items for this model; retry shortly")
+    if block.status == Status.MODEL_NOT_LOADED:
+        return ModelLoading("Model is loading; retry shortly")
+    if block.status == Status.OUT_OF_MEMORY:
+        return ResourceExhausted(f"Out of device memory: {block.message}")
+    return InferenceError(block.message or f"device answered {Status(block.status).name}")
+
+
+@dataclass(slots=True)
+class DeviceLink:
+    """This frontend's rings with one device, at one pair generation."""
+
+    index: int
+    generation: int
+    device_generation: int
+    requests: Ring
+    results: Ring
+    doorbell: Doorbell
+    pending: set[int] = field(default_factory=set)
+
+    def close(self) -> None:
+        self.requests.close()
+        self.results.close()
+        self.doorbell.close()
+
+
+class Devices(Protocol):
+    """What the HTTP layer needs from the device side; tests substitute a fake."""
+
+    def is_draining(self) -> bool: ...
+    def model_state(self, slot: int) -> ModelState: ...
+    def model_error(self, slot: int) -> str: ...
+    def is_ready(self, preload_slots: list[int]) -> bool: ...
+    def request_load(self, slot: int) -> None: ...
+    async def encode(self, batch: TokenBatch) -> DenseResult: ...
+
+
+class DeviceClient:
+    def __init__(
+        self,
+        namespace: Namespace,
+        control: ControlBlock,
+        frontend: int,
+        wake: EventFd,
+        request_timeout_s: float = 300.0,
+    ) -> None:
+        self.namespace = namespace
+        self.request_timeout_s = request_timeout_s
+        self.control = control
+        self.frontend = frontend
+        self.wake = wake
+        self.links: dict[int, DeviceLink] = {}
+        self.pending: dict[int, PendingRequest] = {}
+        # Request ids embed the pid, so a restarted frontend never mistakes an old result for its own.
+        self._ids = itertools.count((os.getpid() & 0xFFFFFF) << 32)
+        self._rr = itertools.count()
+        self._watchdog: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.wake.watch(loop, self._on_wake)
+        self._watchdog = loop.create_task(self._watch())
+
+    async def stop(self) -> None:
+        self.wake.unwatch()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            self._on_wake()
+
+    # -- state -------------------------------------------------------------------------------------
+    def _up_devices(self) -> list[int]:
+        return [d for d in range(self.control.n_devices) if self.control.device_state(d) == DeviceState.UP]
+
+    def is_draining(self) -> bool:
+        return self.control.is_draining
+
+    def model_state(self, slot: int) -> ModelState:
+        """The best state across devices: loaded anywhere beats loading beats available."""
+        states = {self.control.model_state(d, slot) for d in self._up_devices()}
+        for state in (ModelState.LOADED, ModelState.LOADING, ModelState.AVAILABLE, ModelState.FAILED):
+            if state in states:
+                return state
+        return ModelState.AVAILABLE
+
+    def model_error(self, slot: int) -> str:
+        for device in range(self.control.n_devices):
+            if error := self.control.model_error(device, slot):
+                return error
+        return ""
+
+    def is_ready(self, preload_slots: list[int]) -> bool:
+        up = self._up_devices()
+        if self.control.is_draining or len(up) != self.control.n_devices:
+            return False
+        return all(self.control.model_state(d, s) == ModelState.LOADED for d in up for s in preload_slots)
+
+    # -- submitting ----------------------------------------------------------------------------------
+    def request_load(self, slot: int) -> None:
+        """Ask one device to load a model (the one holding the fewest models)."""
+        up = self._up_devices()
+        if not up:
+            raise DeviceUnavailable("No device is available; retry shortly")
+        loaded = lambda d: sum(  # noqa: E731
+            self.control.model_state(d, s) != ModelState.AVAILABLE for s in range(self.control.models.shape[1])
+        )
+        device = min(up, key=loaded)
+        order = TokenBatch(
+            req_id=next(self._ids),
+            op=Op.LOAD_MODEL,
+            model_slot=slot,
+            offsets=np.zeros(1, np.int32),
+            input_ids=np.zeros(0, np.int32),
+        )
+        self._push(self._link(device), [encode_request(order)])
+
+    async def encode(self, batch: TokenBatch) -> DenseResult:
+        """Submit one request's tokens; resolve with its vectors in request order."""
+        device = self._pick_device(batch.model_slot)
+        link = self._link(device)
+        req_id = next(self._ids)
+        payloads = [encode_request(chunk) for chunk in _chunks(batch, req_id, link)]
+        future: asyncio.Future[DenseResult] = asyncio.get_running_loop().create_future()
+        self.pending[req_id] = PendingRequest(future, device, batch.n_items)
+        link.pending.add(req_id)
+        try:
+            self._push(link, payloads)
+            return await asyncio.wait_for(future, self.request_timeout_s)
+        except TimeoutError:
+            raise DeviceUnavailable("The device did not answer in time; retry shortly") from None
+        finally:
+            self.pending.pop(req_id, None)
+            link.pending.discard(req_id)
+
+    def _pick_device(self, slot: int) -> int:
+        loaded = [d for d in self._up_devices() if self.control.model_state(d, slot) == ModelState.LOADED]
+        if not loaded:
+            raise ModelLoading("Model is loading; retry shortly")
+        if len(loaded) == 1:
+            return loaded[0]
+        # Fewest requests in flight from this frontend; ties broken round-robin.
+        turn = next(self._rr)
+        return min(loaded, key=lambda d: (len(self._link(d).pending), (d - turn) % len(loaded)))
+
+    def _push(self, link: DeviceLink, payloads: list[np.ndarray]) -> None:
+        for payload in payloads:
+            try:
+                pushed = link.requests.try_push(payload, int(payload[:8].view("<u8")[0]))
+            except PayloadTooLarge:
+                raise InputTooLong("Request is too large for the device queue; split it") from None
+            if not pushed:
+                raise QueueFull("Device queue is full; retry shortly")
+        link.doorbell.ring()
+
+    def _link(self, device: int) -> DeviceLink:
+        """The current rings to a device, reattaching when the supervisor replaced them."""
+        generation = self.control.pair_generation(device, self.frontend)
+        link = self.links.get(device)
+        if link is not None and link.generation == generation:
+            return link
+        if link is not None:
+            self._fail_link(link, DeviceUnavailable("Device restarted; retry shortly"))
+        if self.control.device_state(device) != DeviceState.UP:
+            raise DeviceUnavailable("Device is restarting; retry shortly")
+        try:
+            link = DeviceLink(
+                device,
+                generation,
+                self.control.device_generation(device),
+                Ring.attach(self.namespace.ring(device, self.frontend, generation, "req")),
+                Ring.attach(self.namespace.ring(device, self.frontend, generation, "resp")),
+                Doorbell.attach(self.namespace.doorbell(device, self.control.device_generation(device))),
+            )
+        except (RingMissing, OSError) as exc:
+            raise DeviceUnavailable(f"Device is restarting; retry shortly ({exc})") from None
+        self.links[device] = link
+        return link
+
+    def _fail_link(self, link: DeviceLink, error: SieError) -> None:
+        for req_id in list(link.pending):
+            if (request := self.pending.get(req_id)) is not None:
+                request.fail(error)
+        link.pending.clear()
+        link.close()
+        self.links.pop(link.index, None)
+
+    # -- results ---------------------------------------------------------------------------------------
+    def _on_wake(self) -> None:
+        for link in list(self.links.values()):
+            if not self._is_current(link):
+                log.warning("device went away; failing its requests", extra={"device": link.index})
+                self._fail_link(link, DeviceUnavailable("Device failed; retry shortly"))
+                continue
+            while (message := link.results.try_pop()) is not None:
+                try:
+                    block = decode_result(message.view)
+                    request = self.pending.get(block.req_id)
+                    if request is not None:
+                        request.add(block)  # copies values out of the ring
+                finally:
+                    link.results.release(message)
+
+    def _is_current(self, link: DeviceLink) -> bool:
+        device = link.index
+        return (
+            self.control.device_state(device) in (DeviceState.UP, DeviceState.STOPPING)
+            and self.control.device_generation(device) == link.device_generation
+            and self.control.pair_generation(device, self.frontend) == link.generation
+        )
+
+
+def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch]:
+    """Split a request whose message would not fit comfortably in the ring into item runs."""
+    limit = link.requests.max_payload_bytes // 2
+    has_types = batch.token_type_ids is not None
+    chunks: list[TokenBatch] = []
+    start, n = 0, batch.n_items
+    submit_ns = time.monotonic_ns()
+    while start < n or not chunks:
+        end = start + 1
+        while end < n and request_nbytes(
+            end + 1 - start, int(batch.offsets[end + 1] - batch.offsets[start]), has_types
+        ) <= limit:
+            end += 1
+        lo, hi = int(batch.offsets[start]), int(batch.offsets[min(end, n)])
+        chunks.append(
+            TokenBatch(
+                req_id=req_id,
+                op=batch.op,
+                model_slot=batch.model_slot,
+                offsets=batch.offsets[start : end + 1] - lo,
+                input_ids=batch.input_ids[lo:hi],
+                token_type_ids=batch.token_type_ids[lo:hi] if has_types else None,
+                item_base=start,
+                output_mask=batch.output_mask,
+                config_key=batch.config_key,
+                submit_ns=submit_ns,
+            )
+        )
+        start = end
+    return chunks

@@ -1,0 +1,40 @@
+"""POST /v1/embeddings: the OpenAI embeddings API over the same dense path."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sie.errors import InvalidInput, SieError
+from sie.frontend.body import read_body
+from sie.frontend.errors import openai_error_response
+from sie.frontend.pipeline import embed
+from sie.frontend.render import render_openai_embeddings
+from sie.frontend.state import FrontendState
+from sie.frontend.wire import EmbeddingsRequest, decode_body
+
+
+async def embeddings(request: Request) -> Response:
+    state: FrontendState = request.app.state.sie
+    try:
+        body = await read_body(request, state.settings.max_request_body_bytes)
+        req = decode_body(body, "application/json", EmbeddingsRequest)
+        texts = [req.input] if isinstance(req.input, str) else req.input
+        if not texts or any(not text for text in texts):
+            raise InvalidInput("'input' must be a non-empty string or a non-empty list of non-empty strings")
+        _, config = state.model(req.model)
+        dim = config.dense_dim()
+        if dim is None:
+            raise InvalidInput(f"Model '{req.model}' does not produce dense embeddings")
+        if req.dimensions is not None and req.dimensions != dim:
+            raise InvalidInput(f"Model '{req.model}' has {dim} dimensions; 'dimensions' must be {dim} or omitted")
+        embedded = await embed(state, req.model, texts)
+    except SieError as error:
+        return openai_error_response(error)
+    content = render_openai_embeddings(
+        model=req.model,
+        dense=embedded.values,
+        encoding_format=req.encoding_format,
+        prompt_tokens=embedded.input_tokens,
+    )
+    return Response(content, media_type="application/json")

@@ -1,0 +1,78 @@
+"""Device process entry point: attach to the supervisor's shared memory, load models, run the loop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from sie.logs import configure_logging
+from sie.model_config import load_catalog
+from sie.settings import Settings, available_cores
+from sie.shm.control import ControlBlock, DeviceState
+from sie.shm.doorbell import Doorbell, EventFd
+from sie.shm.names import Namespace
+from sie.specs import DeviceSpec
+
+log = logging.getLogger(__name__)
+
+
+
+def main(settings: Settings, spec: DeviceSpec) -> int:
+    configure_logging(settings.log_level, settings.log_format, f"device{spec.index}")
+    import torch  # here, not at module level: the supervisor imports this module's spec type
+
+    from sie.gpu_proc.adapters.base import load_adapter
+    from sie.gpu_proc.batcher import Batcher
+    from sie.gpu_proc.inference import InferenceThread
+    from sie.gpu_proc.loop import DeviceLoop
+    from sie.gpu_proc.registry import Registry
+    from sie.gpu_proc.runner import Runner
+
+    if spec.device == "cpu":
+        torch.set_num_threads(settings.torch_threads or available_cores())
+    namespace = Namespace(spec.instance, spec.supervisor_pid)
+    control = ControlBlock.attach(namespace.control())
+    catalog = load_catalog(settings.models_dir, settings.models)
+    doorbell = Doorbell.attach(namespace.doorbell(spec.index, control.device_generation(spec.index)))
+    registry = Registry(
+        catalog, control, spec.index, spec.device, loader=load_adapter, on_change=doorbell.ring
+    )
+    batcher = Batcher(
+        max_batch_requests=settings.max_batch_requests,
+        max_batch_wait_s=settings.max_batch_wait_ms / 1000,
+        max_pending_items=settings.max_concurrent_requests,
+        max_batch_tokens=lambda slot: catalog.models[slot].profile().max_batch_tokens,
+    )
+    inference = InferenceThread(Runner(torch.device(spec.device)), registry, wake=doorbell.ring)
+    loop = DeviceLoop(
+        device_index=spec.index,
+        namespace=namespace,
+        control=control,
+        doorbell=doorbell,
+        eventfds=[EventFd(fd) for fd in spec.eventfds],
+        registry=registry,
+        batcher=batcher,
+        inference=inference,
+        supervisor_pid=spec.supervisor_pid,
+    )
+
+    def stop(signum: int, _frame: object) -> None:
+        log.info("stopping: finishing in-flight batches", extra={"signal": signum})
+        loop.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the supervisor leads
+    loop.mark_up()
+    log.info("device up", extra={"device": spec.device, "models": len(catalog)})
+    for slot in spec.preload_slots:
+        registry.request_load(slot)
+    try:
+        loop.run()
+    finally:
+        control.set_device_state(spec.index, DeviceState.STOPPING)
+        inference.stop()
+        registry.close()
+        loop.close()
+        doorbell.close()
+    log.info("device stopped")
+    return 0

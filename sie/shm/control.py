@@ -1,0 +1,207 @@
+"""The control block: one small shared segment with the state every process needs to see.
+
+Each field has one writer at a time:
+- the supervisor writes `draining`, each device's `generation`, the DOWN/STARTING device states
+  (only while that device process is not running), every ring pair's generation and frontend pids;
+- a device process writes its own UP state, heartbeat and its per-model states and errors.
+Frontends only read. The names of the rings (which embed generations) are the truth; this block is
+how a process learns that a name changed, cheaply, on every request.
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+from enum import IntEnum
+
+import numpy as np
+import posix_ipc
+
+from sie.shm.layout import LAYOUT_VERSION
+
+MAGIC = 0x5349_4543_544C_0001  # "SIECTL" + 1
+ERROR_BYTES = 240
+
+
+class DeviceState(IntEnum):
+    DOWN = 0
+    STARTING = 1
+    UP = 2
+    STOPPING = 3
+
+
+class ModelState(IntEnum):
+    AVAILABLE = 0
+    LOADING = 1
+    LOADED = 2
+    FAILED = 3
+    UNLOADING = 4
+
+
+HEADER = np.dtype(
+    [
+        ("magic", "<u8"),
+        ("version", "<u4"),
+        ("n_devices", "<u4"),
+        ("n_frontends", "<u4"),
+        ("n_models", "<u4"),
+        ("draining", "<u4"),
+        ("_pad", "V36"),
+    ]
+)
+DEVICE = np.dtype(
+    [
+        ("state", "<u4"),
+        ("generation", "<u4"),
+        ("pid", "<u4"),
+        ("restarts", "<u4"),
+        ("heartbeat_ns", "<u8"),
+        ("_pad", "V40"),
+    ]
+)
+MODEL = np.dtype(
+    [
+        ("state", "<u4"),
+        ("error_len", "<u4"),
+        ("memory_bytes", "<u8"),
+        ("last_used_ns", "<u8"),
+        ("error", f"V{ERROR_BYTES}"),
+    ]
+)
+FRONTEND = np.dtype([("pid", "<u4"), ("generation", "<u4")])
+
+
+def _sections(n_devices: int, n_frontends: int, n_models: int) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
+    return [
+        ("header", HEADER, (1,)),
+        ("devices", DEVICE, (n_devices,)),
+        ("models", MODEL, (n_devices, max(n_models, 1))),
+        ("pair_gen", np.dtype("<u4"), (n_devices, n_frontends)),
+        ("frontends", FRONTEND, (n_frontends,)),
+    ]
+
+
+def _padded(nbytes: int) -> int:
+    return (nbytes + 63) & ~63
+
+
+def _map(shm: posix_ipc.SharedMemory) -> mmap.mmap:
+    mm = mmap.mmap(shm.fd, shm.size)
+    shm.close_fd()
+    return mm
+
+
+class ControlBlock:
+    def __init__(self, name: str, mm: mmap.mmap, dims: tuple[int, int, int]) -> None:
+        self.name = name
+        self._mm = mm
+        self._views: dict[str, np.ndarray] = {}
+        pos = 0
+        for key, dtype, shape in _sections(*dims):
+            count = int(np.prod(shape))
+            self._views[key] = np.frombuffer(mm, dtype, count=count, offset=pos).reshape(shape)
+            pos += _padded(dtype.itemsize * count)
+        self.header = self._views["header"]
+        self.devices = self._views["devices"]
+        self.models = self._views["models"]
+        self.pair_gen = self._views["pair_gen"]
+        self.frontends = self._views["frontends"]
+
+    @classmethod
+    def create(cls, name: str, n_devices: int, n_frontends: int, n_models: int) -> ControlBlock:
+        dims = (n_devices, n_frontends, n_models)
+        size = sum(_padded(d.itemsize * int(np.prod(s))) for _, d, s in _sections(*dims))
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+        block = cls(name, _map(shm), dims)
+        block.header["n_devices"], block.header["n_frontends"] = n_devices, n_frontends
+        block.header["n_models"], block.header["version"] = n_models, LAYOUT_VERSION
+        block.header["magic"] = MAGIC  # last: a reader checking magic sees a complete header
+        return block
+
+    @classmethod
+    def attach(cls, name: str) -> ControlBlock:
+        mm = _map(posix_ipc.SharedMemory(name))
+        head = np.frombuffer(mm, HEADER, count=1)[0]
+        if int(head["magic"]) != MAGIC or int(head["version"]) != LAYOUT_VERSION:
+            raise RuntimeError(f"control block {name} has the wrong magic or layout version")
+        dims = int(head["n_devices"]), int(head["n_frontends"]), int(head["n_models"])
+        del head
+        return cls(name, mm, dims)
+
+    # -- readers ------------------------------------------------------------------------------
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def n_frontends(self) -> int:
+        return len(self.frontends)
+
+    @property
+    def is_draining(self) -> bool:
+        return bool(self.header["draining"][0])
+
+    def device_state(self, device: int) -> DeviceState:
+        return DeviceState(int(self.devices["state"][device]))
+
+    def device_generation(self, device: int) -> int:
+        return int(self.devices["generation"][device])
+
+    def pair_generation(self, device: int, frontend: int) -> int:
+        return int(self.pair_gen[device, frontend])
+
+    def model_state(self, device: int, slot: int) -> ModelState:
+        return ModelState(int(self.models["state"][device, slot]))
+
+    def model_error(self, device: int, slot: int) -> str:
+        record = self.models[device, slot]
+        raw = bytes(record["error"])[: int(record["error_len"])]
+        return raw.decode(errors="replace")
+
+    # -- writers (see the module docstring for who may call which) -----------------------------
+    def set_draining(self) -> None:
+        self.header["draining"] = 1
+
+    def set_device_state(self, device: int, state: DeviceState) -> None:
+        self.devices["state"][device] = int(state)
+
+    def bump_device_generation(self, device: int) -> int:
+        self.devices["generation"][device] += 1
+        return self.device_generation(device)
+
+    def set_device_pid(self, device: int, pid: int) -> None:
+        self.devices["pid"][device] = pid
+
+    def heartbeat(self, device: int) -> None:
+        self.devices["heartbeat_ns"][device] = time.monotonic_ns()
+
+    def set_pair_generation(self, device: int, frontend: int, generation: int) -> None:
+        self.pair_gen[device, frontend] = generation
+
+    def set_model_state(self, device: int, slot: int, state: ModelState, error: str = "") -> None:
+        record = self.models[device, slot]
+        if error:
+            raw = error.encode()[:ERROR_BYTES]
+            record["error"] = raw.ljust(ERROR_BYTES, b"\0")
+            record["error_len"] = len(raw)
+        self.models["state"][device, slot] = int(state)
+
+    def set_model_memory(self, device: int, slot: int, memory_bytes: int) -> None:
+        self.models["memory_bytes"][device, slot] = memory_bytes
+
+    def touch_model(self, device: int, slot: int) -> None:
+        self.models["last_used_ns"][device, slot] = time.monotonic_ns()
+
+    def close(self) -> None:
+        self._views.clear()
+        self.header = self.devices = self.models = self.pair_gen = self.frontends = None  # type: ignore[assignment]
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a caller still holds a view; the mapping goes when it does
+
+    def unlink(self) -> None:
+        try:
+            posix_ipc.unlink_shared_memory(self.name)
+        except posix_ipc.ExistentialError:
+            pass

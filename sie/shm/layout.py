@@ -1,0 +1,344 @@
+"""Binary layouts of the two messages that cross the rings. Both sides import this module.
+
+A message is a fixed 64-byte little-endian header followed by flat arrays; decoding returns numpy
+views into the buffer it was given (no copies, no pickle). Every array section starts on an
+8-byte boundary so float and int views are aligned.
+
+Request (frontend -> device): one tokenized HTTP request, or one chunk of a large one.
+
+    REQUEST_HEADER                       64 B
+    offsets         int32[n_items + 1]   prefix sums: item i is input_ids[offsets[i]:offsets[i+1]]
+    input_ids       int32[n_tokens]
+    token_type_ids  int8[n_tokens]       only when flags & HAS_TOKEN_TYPES
+
+Result (device -> frontend): results for some items of one request; a request whose items were
+spread over several batches gets several result messages.
+
+    RESULT_HEADER                        64 B
+    item_index      int32[n_items]       absolute item positions within the HTTP request
+    item_status     uint8[n_items]       Status per item
+    row_offsets     int32[n_items + 1]   only for SPARSE and MULTIVECTOR (rows of item i)
+    indices         int32[n_rows]        only for SPARSE (vocabulary ids, ascending per item)
+    values          f32|f16[n_rows, cols] cols = dim for DENSE and MULTIVECTOR, 1 otherwise
+    message         utf-8[message_bytes] why status is not OK (may be empty)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+LAYOUT_VERSION = 1
+ALIGN = 8
+
+
+class Op(IntEnum):
+    ENCODE = 1
+    SCORE = 2
+    EXTRACT = 3
+    LOAD_MODEL = 4
+
+
+class Status(IntEnum):
+    OK = 0
+    QUEUE_FULL = 1
+    MODEL_NOT_LOADED = 2
+    OUT_OF_MEMORY = 3
+    INFERENCE_ERROR = 4
+    INVALID = 5
+
+
+class ResultKind(IntEnum):
+    NONE = 0
+    DENSE = 1
+    SPARSE = 2
+    MULTIVECTOR = 3
+    SCORES = 4
+
+
+class ValueDType(IntEnum):
+    FLOAT32 = 0
+    FLOAT16 = 1
+
+
+class OutputMask(IntEnum):
+    DENSE = 1
+    SPARSE = 2
+    MULTIVECTOR = 4
+
+
+HAS_TOKEN_TYPES = 1
+
+_NUMPY_DTYPES = {ValueDType.FLOAT32: np.dtype("<f4"), ValueDType.FLOAT16: np.dtype("<f2")}
+
+REQUEST_HEADER = np.dtype(
+    [
+        ("req_id", "<u8"),
+        ("config_key", "<u8"),
+        ("submit_ns", "<u8"),
+        ("op", "<u2"),
+        ("flags", "<u2"),
+        ("model_slot", "<u4"),
+        ("item_base", "<u4"),
+        ("n_items", "<u4"),
+        ("n_tokens", "<u4"),
+        ("output_mask", "<u4"),
+        ("_pad", "V16"),
+    ]
+)
+
+RESULT_HEADER = np.dtype(
+    [
+        ("req_id", "<u8"),
+        ("status", "<u2"),
+        ("kind", "<u2"),
+        ("dtype", "<u2"),
+        ("_pad0", "<u2"),
+        ("n_items", "<u4"),
+        ("dim", "<u4"),
+        ("n_rows", "<u4"),
+        ("message_bytes", "<u4"),
+        ("queue_us", "<u4"),
+        ("infer_us", "<u4"),
+        ("batch_items", "<u4"),
+        ("batch_tokens", "<u4"),
+        ("_pad1", "V16"),
+    ]
+)
+assert REQUEST_HEADER.itemsize == 64 and RESULT_HEADER.itemsize == 64
+
+
+class LayoutError(ValueError):
+    """A buffer does not hold a well-formed message."""
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBatch:
+    """Tokenized items of one request: flat ids plus prefix-sum offsets."""
+
+    req_id: int
+    op: Op
+    model_slot: int
+    offsets: np.ndarray
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray | None = None
+    item_base: int = 0
+    output_mask: int = OutputMask.DENSE
+    config_key: int = 0
+    submit_ns: int = 0
+
+    @property
+    def n_items(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def request_nbytes(n_items: int, n_tokens: int, has_token_types: bool) -> int:
+    size = 64 + _aligned(4 * (n_items + 1)) + _aligned(4 * n_tokens)
+    if has_token_types:
+        size += _aligned(n_tokens)
+    return size
+
+
+def encode_request(batch: TokenBatch) -> np.ndarray:
+    n_items, n_tokens = batch.n_items, len(batch.input_ids)
+    has_types = batch.token_type_ids is not None
+    buf = np.zeros(request_nbytes(n_items, n_tokens, has_types), np.uint8)
+    header = buf[:64].view(REQUEST_HEADER)[0]
+    header["req_id"], header["config_key"], header["submit_ns"] = (
+        batch.req_id,
+        batch.config_key,
+        batch.submit_ns,
+    )
+    header["op"], header["flags"] = int(batch.op), HAS_TOKEN_TYPES if has_types else 0
+    header["model_slot"], header["item_base"] = batch.model_slot, batch.item_base
+    header["n_items"], header["n_tokens"], header["output_mask"] = n_items, n_tokens, batch.output_mask
+    pos = 64
+    pos = _put(buf, pos, np.asarray(batch.offsets, np.int32))
+    pos = _put(buf, pos, np.asarray(batch.input_ids, np.int32))
+    if batch.token_type_ids is not None:
+        _put(buf, pos, np.asarray(batch.token_type_ids, np.int8))
+    return buf
+
+
+def decode_request(buf: np.ndarray) -> TokenBatch:
+    header = _header(buf, REQUEST_HEADER)
+    n_items, n_tokens = int(header["n_items"]), int(header["n_tokens"])
+    has_types = bool(int(header["flags"]) & HAS_TOKEN_TYPES)
+    if request_nbytes(n_items, n_tokens, has_types) > len(buf):
+        raise LayoutError(f"request of {n_items} items / {n_tokens} tokens overruns {len(buf)} bytes")
+    pos = 64
+    offsets, pos = _take(buf, pos, np.int32, n_items + 1)
+    input_ids, pos = _take(buf, pos, np.int32, n_tokens)
+    token_types = _take(buf, pos, np.int8, n_tokens)[0] if has_types else None
+    if n_items and (offsets[0] != 0 or offsets[-1] != n_tokens or np.any(np.diff(offsets) < 0)):
+        raise LayoutError("request offsets are not a prefix sum of the token count")
+    return TokenBatch(
+        req_id=int(header["req_id"]),
+        op=Op(int(header["op"])),
+        model_slot=int(header["model_slot"]),
+        offsets=offsets,
+        input_ids=input_ids,
+        token_type_ids=token_types,
+        item_base=int(header["item_base"]),
+        output_mask=int(header["output_mask"]),
+        config_key=int(header["config_key"]),
+        submit_ns=int(header["submit_ns"]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResultBlock:
+    """Results for some items of one request, as written by the device."""
+
+    req_id: int
+    kind: ResultKind
+    item_index: np.ndarray
+    item_status: np.ndarray
+    values: np.ndarray
+    dim: int = 0
+    status: Status = Status.OK
+    row_offsets: np.ndarray | None = None
+    indices: np.ndarray | None = None
+    message: str = ""
+    queue_us: int = 0
+    infer_us: int = 0
+    batch_items: int = 0
+    batch_tokens: int = 0
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_index)
+
+
+def error_result(req_id: int, status: Status, message: str) -> ResultBlock:
+    """A result that fails a whole request (no items)."""
+    empty = np.zeros(0, np.int32)
+    return ResultBlock(
+        req_id=req_id,
+        kind=ResultKind.NONE,
+        item_index=empty,
+        item_status=np.zeros(0, np.uint8),
+        values=np.zeros((0, 0), np.float32),
+        status=status,
+        message=message,
+    )
+
+
+def _value_dtype(values: np.ndarray) -> ValueDType:
+    if values.dtype == np.float16:
+        return ValueDType.FLOAT16
+    if values.dtype == np.float32:
+        return ValueDType.FLOAT32
+    raise LayoutError(f"result values must be float32 or float16, not {values.dtype}")
+
+
+def _has_row_offsets(kind: ResultKind) -> bool:
+    return kind in (ResultKind.SPARSE, ResultKind.MULTIVECTOR)
+
+
+def _value_cols(kind: ResultKind, dim: int) -> int:
+    return dim if kind in (ResultKind.DENSE, ResultKind.MULTIVECTOR) else 1
+
+
+def result_nbytes(block: ResultBlock) -> int:
+    n, n_rows = block.n_items, len(block.values)
+    size = 64 + _aligned(4 * n) + _aligned(n)
+    if _has_row_offsets(block.kind):
+        size += _aligned(4 * (n + 1))
+    if block.kind == ResultKind.SPARSE:
+        size += _aligned(4 * n_rows)
+    size += _aligned(block.values.nbytes)
+    return size + len(block.message.encode())
+
+
+def encode_result(block: ResultBlock) -> np.ndarray:
+    message = block.message.encode()
+    buf = np.zeros(result_nbytes(block), np.uint8)
+    header = buf[:64].view(RESULT_HEADER)[0]
+    header["req_id"], header["status"], header["kind"] = block.req_id, int(block.status), int(block.kind)
+    header["dtype"] = int(_value_dtype(block.values)) if block.values.size else 0
+    header["n_items"], header["dim"], header["n_rows"] = block.n_items, block.dim, len(block.values)
+    header["message_bytes"] = len(message)
+    header["queue_us"], header["infer_us"] = block.queue_us, block.infer_us
+    header["batch_items"], header["batch_tokens"] = block.batch_items, block.batch_tokens
+    pos = _put(buf, 64, np.asarray(block.item_index, np.int32))
+    pos = _put(buf, pos, np.asarray(block.item_status, np.uint8))
+    if _has_row_offsets(block.kind):
+        if block.row_offsets is None:
+            raise LayoutError(f"{block.kind.name} results need row_offsets")
+        pos = _put(buf, pos, np.asarray(block.row_offsets, np.int32))
+    if block.kind == ResultKind.SPARSE:
+        if block.indices is None:
+            raise LayoutError("SPARSE results need indices")
+        pos = _put(buf, pos, np.asarray(block.indices, np.int32))
+    pos = _put(buf, pos, np.ascontiguousarray(block.values))
+    buf[pos : pos + len(message)] = np.frombuffer(message, np.uint8)
+    return buf
+
+
+def decode_result(buf: np.ndarray) -> ResultBlock:
+    header = _header(buf, RESULT_HEADER)
+    n, n_rows, dim = int(header["n_items"]), int(header["n_rows"]), int(header["dim"])
+    kind = ResultKind(int(header["kind"]))
+    dtype = _NUMPY_DTYPES[ValueDType(int(header["dtype"]))]
+    pos = 64
+    item_index, pos = _take(buf, pos, np.int32, n)
+    item_status, pos = _take(buf, pos, np.uint8, n)
+    row_offsets = indices = None
+    if _has_row_offsets(kind):
+        row_offsets, pos = _take(buf, pos, np.int32, n + 1)
+    if kind == ResultKind.SPARSE:
+        indices, pos = _take(buf, pos, np.int32, n_rows)
+    cols = _value_cols(kind, dim) if kind != ResultKind.NONE else 0
+    flat, pos = _take(buf, pos, dtype, n_rows * cols)
+    values = flat.reshape(n_rows, cols) if kind not in (ResultKind.SPARSE, ResultKind.SCORES) else flat
+    message_bytes = int(header["message_bytes"])
+    if pos + message_bytes > len(buf):
+        raise LayoutError("result message overruns its buffer")
+    return ResultBlock(
+        req_id=int(header["req_id"]),
+        kind=kind,
+        item_index=item_index,
+        item_status=item_status,
+        values=values,
+        dim=dim,
+        status=Status(int(header["status"])),
+        row_offsets=row_offsets,
+        indices=indices,
+        message=bytes(buf[pos : pos + message_bytes]).decode(errors="replace"),
+        queue_us=int(header["queue_us"]),
+        infer_us=int(header["infer_us"]),
+        batch_items=int(header["batch_items"]),
+        batch_tokens=int(header["batch_tokens"]),
+    )
+
+
+def _header(buf: np.ndarray, dtype: np.dtype) -> np.void:
+    if buf.dtype != np.uint8 or buf.ndim != 1:
+        raise LayoutError("messages are flat uint8 buffers")
+    if len(buf) < dtype.itemsize:
+        raise LayoutError(f"buffer of {len(buf)} bytes is shorter than a header")
+    return buf[: dtype.itemsize].view(dtype)[0]
+
+
+def _put(buf: np.ndarray, pos: int, array: np.ndarray) -> int:
+    raw = array.reshape(-1).view(np.uint8)
+    buf[pos : pos + len(raw)] = raw
+    return pos + _aligned(len(raw))
+
+
+def _take(buf: np.ndarray, pos: int, dtype: type | np.dtype, count: int) -> tuple[np.ndarray, int]:
+    itemsize = np.dtype(dtype).itemsize
+    end = pos + itemsize * count
+    if end > len(buf):
+        raise LayoutError(f"array section [{pos}:{end}] overruns a {len(buf)}-byte buffer")
+    return buf[pos:end].view(dtype), pos + _aligned(itemsize * count)

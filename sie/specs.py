@@ -1,0 +1,22 @@
+"""What the supervisor tells each child process, encoded as JSON on the child's argv."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class DeviceSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    index: int
+    device: str  # "cpu" or "cuda:N"
+    instance: str
+    supervisor_pid: int
+    eventfds: list[int]  # one per frontend, inherited; the device rings them when results are ready
+    preload_slots: list[int]
+
+
+class FrontendSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    index: int
+    instance: str
+    supervisor_pid: int
+    eventfd: int  # this frontend's wakeup, inherited
+    listen_fd: int  # the shared listening socket, inherited

@@ -1,0 +1,1 @@
+"""The supervisor: owns names, the listening socket and the child processes."""

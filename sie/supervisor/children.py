@@ -1,0 +1,94 @@
+"""Starting child processes by argv, and the restart policy for the ones that die."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from sie.settings import Settings
+
+RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+STABLE_AFTER_S = 60.0
+MAX_RAPID_RESTARTS = 8
+
+
+@dataclass(slots=True)
+class Child:
+    """One device or frontend slot: the process in it now and its restart history."""
+
+    role: str  # "device" or "frontend"
+    index: int
+    process: subprocess.Popen[bytes] | None = None
+    started_s: float = 0.0
+    rapid_restarts: int = 0
+    restart_at_s: float | None = None
+    restarts: int = field(default=0)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}{self.index}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, settings: Settings, spec_json: str, pass_fds: tuple[int, ...]) -> None:
+        argv = [sys.executable, "-m", "sie", f"_{self.role}", settings.encode(), spec_json]
+        self.process = subprocess.Popen(argv, pass_fds=pass_fds, env=_child_env(self.role))
+        self.started_s = time.monotonic()
+        self.restart_at_s = None
+
+    def schedule_restart(self, now: float) -> bool:
+        """Plan the next start with backoff; False when it keeps dying and we should give up."""
+        self.rapid_restarts = 0 if now - self.started_s > STABLE_AFTER_S else self.rapid_restarts + 1
+        if self.rapid_restarts > MAX_RAPID_RESTARTS:
+            return False
+        delay = RESTART_BACKOFF_S[min(self.rapid_restarts, len(RESTART_BACKOFF_S) - 1)]
+        self.restart_at_s = now + delay
+        self.restarts += 1
+        return True
+
+
+def _child_env(role: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if role == "frontend":
+        # Each frontend is one core's worth of work; Rust tokenizer thread pools would oversubscribe.
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        env.setdefault("RAYON_NUM_THREADS", "1")
+    return env
+
+
+def resolve_devices(spec: str) -> list[str]:
+    """`auto | cpu | cuda | cuda:N | cuda:0,1` (and `cpu,cpu` for several CPU devices in tests)."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if parts == ["auto"]:
+        gpus = visible_gpu_count()
+        return [f"cuda:{i}" for i in range(gpus)] or ["cpu"]
+    devices: list[str] = []
+    for part in parts:
+        if part == "cuda":
+            devices += [f"cuda:{i}" for i in range(visible_gpu_count())]
+        elif part == "cpu" or (part.startswith("cuda:") and part[5:].isdigit()):
+            devices.append(part)
+        elif part.isdigit():
+            devices.append(f"cuda:{part}")
+        else:
+            raise ValueError(f"unknown device '{part}' (use auto, cpu, cuda, cuda:N)")
+    if not devices:
+        raise ValueError(f"--device {spec!r} names no device (is a GPU visible?)")
+    return devices
+
+
+def visible_gpu_count() -> int:
+    """GPUs the NVIDIA driver exposes, honouring CUDA_VISIBLE_DEVICES, without importing CUDA."""
+    try:
+        present = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    return min(present, len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"]))

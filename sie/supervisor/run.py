@@ -1,0 +1,192 @@
+"""`python -m sie serve`: bind once, start device owners and frontends, restart them, drain.
+
+The supervisor never imports torch, starlette or hypercorn: it only owns names, file descriptors
+and processes. It waits on one self-pipe that signal handlers write to (SIGCHLD, SIGTERM, SIGINT),
+so a dead child is seen within milliseconds and a restart never waits on a poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import time
+
+import msgspec
+
+from sie.model_config import load_catalog, preload_names
+from sie.settings import Settings
+from sie.shm.control import DeviceState, ModelState
+from sie.shm.names import Namespace, sweep_stale
+from sie.specs import DeviceSpec, FrontendSpec
+from sie.supervisor.children import Child, resolve_devices
+from sie.supervisor.resources import SharedResources
+from sie.supervisor.systemd import inherited_socket, sd_notify
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.2
+DEVICE_STOP_TIMEOUT_S = 30.0
+
+
+class Supervisor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.catalog = load_catalog(settings.models_dir, settings.models)
+        preload = preload_names(settings.preload, settings.default_model, self.catalog)
+        self.preload_slots = [self.catalog.slot(name) for name in preload]
+        self.device_names = resolve_devices(settings.device)
+        self.namespace = Namespace(settings.instance, os.getpid())
+        self.devices = [Child("device", i) for i in range(len(self.device_names))]
+        self.frontends = [Child("frontend", i) for i in range(settings.frontends)]
+        self.stopping = False
+        self.is_ready = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # -- startup ---------------------------------------------------------------------------------------
+    def run(self) -> int:
+        removed = sweep_stale()
+        if removed:
+            log.info("removed stale shared memory of dead servers", extra={"count": len(removed)})
+        self.listener = inherited_socket() or bind(self.settings.host, self.settings.port)
+        host, port = self.listener.getsockname()[:2]
+        self.resources = SharedResources(
+            self.namespace, self.settings, len(self.devices), len(self.frontends), len(self.catalog)
+        )
+        self._install_signals()
+        try:
+            for child in self.devices:
+                self._start_device(child)
+            for child in self.frontends:
+                self._start_frontend(child)
+            log.info(
+                "sie listening on http://%s:%d", host, port,
+                extra={"devices": self.device_names, "frontends": len(self.frontends)},
+            )
+            code = self._watch()
+        finally:
+            self._stop_children()
+            self.resources.close()
+            self.listener.close()
+        log.info("sie stopped")
+        return code
+
+    def _install_signals(self) -> None:
+        signal.set_wakeup_fd(self._wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_stop_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd is the point
+
+    def _on_stop_signal(self, signum: int, _frame: object) -> None:
+        if not self.stopping:
+            log.info("stopping on %s: draining", signal.Signals(signum).name)
+        self.stopping = True
+
+    def _start_device(self, child: Child) -> None:
+        spec = DeviceSpec(
+            index=child.index,
+            device=self.device_names[child.index],
+            instance=self.namespace.instance,
+            supervisor_pid=self.namespace.supervisor_pid,
+            eventfds=self.resources.eventfd_numbers(),
+            preload_slots=self.preload_slots,
+        )
+        self.resources.control.set_device_state(child.index, DeviceState.STARTING)
+        child.start(self.settings, _encode(spec), tuple(spec.eventfds))
+        self.resources.control.set_device_pid(child.index, child.pid or 0)
+
+    def _start_frontend(self, child: Child) -> None:
+        spec = FrontendSpec(
+            index=child.index,
+            instance=self.namespace.instance,
+            supervisor_pid=self.namespace.supervisor_pid,
+            eventfd=self.resources.eventfds[child.index].fd,
+            listen_fd=self.listener.fileno(),
+        )
+        child.start(self.settings, _encode(spec), (spec.eventfd, spec.listen_fd))
+
+    # -- steady state ------------------------------------------------------------------------------------
+    def _watch(self) -> int:
+        while not self.stopping:
+            select.select([self._wake_r], [], [], TICK_S)
+            _drain_pipe(self._wake_r)
+            if self._reap_and_restart() is False:
+                return 1
+            self._report_readiness()
+        sd_notify("STOPPING=1")
+        return 0
+
+    def _reap_and_restart(self) -> bool:
+        now = time.monotonic()
+        for child in [*self.devices, *self.frontends]:
+            if child.process is not None and child.process.poll() is not None:
+                code = child.process.returncode
+                child.process = None
+                log.error("%s exited (code %s); restarting", child.name, code, extra={"pid_code": code})
+                if child.role == "device":
+                    self.resources.renew_device(child.index)  # fail its requests, fresh rings
+                else:
+                    self.resources.renew_frontend(child.index)
+                if not child.schedule_restart(now):
+                    log.critical("%s keeps crashing; giving up", child.name)
+                    return False
+            if child.process is None and child.restart_at_s is not None and now >= child.restart_at_s:
+                (self._start_device if child.role == "device" else self._start_frontend)(child)
+        return True
+
+    def _report_readiness(self) -> None:
+        control = self.resources.control
+        ready = all(control.device_state(d) == DeviceState.UP for d in range(len(self.devices))) and all(
+            control.model_state(d, s) == ModelState.LOADED
+            for d in range(len(self.devices))
+            for s in self.preload_slots
+        )
+        if ready and not self.is_ready:
+            log.info("sie ready")
+            sd_notify("READY=1\nSTATUS=serving")
+        self.is_ready = ready
+
+    # -- shutdown --------------------------------------------------------------------------------------
+    def _stop_children(self) -> None:
+        """Frontends first (they finish in-flight requests), then the devices behind them."""
+        self.resources.control.set_draining()
+        _terminate(self.frontends, self.settings.graceful_timeout_s + 5.0)
+        _terminate(self.devices, DEVICE_STOP_TIMEOUT_S)
+
+
+def _terminate(children: list[Child], timeout_s: float) -> None:
+    running = [c for c in children if c.process is not None and c.process.poll() is None]
+    for child in running:
+        child.process.terminate()  # type: ignore[union-attr]
+    deadline = time.monotonic() + timeout_s
+    for child in running:
+        try:
+            child.process.wait(max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+        except Exception:
+            log.error("%s did not stop in time; killing it", child.name)
+            child.process.kill()  # type: ignore[union-attr]
+            child.process.wait()  # type: ignore[union-attr]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _encode(spec: DeviceSpec | FrontendSpec) -> str:
+    return msgspec.json.encode(spec).decode()
+
+
+def _drain_pipe(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
