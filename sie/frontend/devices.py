@@ -22,7 +22,6 @@ from sie.errors import (
     DeviceUnavailable,
     InferenceError,
     InputTooLong,
-    ModelLoadFailed,
     ModelLoading,
     QueueFull,
     ResourceExhausted,
@@ -194,7 +193,8 @@ class DeviceClient:
         if not up:
             raise DeviceUnavailable("No device is available; retry shortly")
         loaded = lambda d: sum(  # noqa: E731
-            self.control.model_state(d, s) != ModelState.AVAILABLE for s in range(self.control.models.shape[1])
+            self.control.model_state(d, s) != ModelState.AVAILABLE
+            for s in range(self.control.models.shape[1])
         )
         device = min(up, key=loaded)
         order = TokenBatch(
@@ -310,9 +310,11 @@ def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch
     submit_ns = time.monotonic_ns()
     while start < n or not chunks:
         end = start + 1
-        while end < n and request_nbytes(
-            end + 1 - start, int(batch.offsets[end + 1] - batch.offsets[start]), has_types
-        ) <= limit:
+        while (
+            end < n
+            and request_nbytes(end + 1 - start, int(batch.offsets[end + 1] - batch.offsets[start]), has_types)
+            <= limit
+        ):
             end += 1
         lo, hi = int(batch.offsets[start]), int(batch.offsets[min(end, n)])
         chunks.append(

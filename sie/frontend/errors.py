@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -47,7 +48,7 @@ async def handle_sie_error(request: Request, exc: Exception) -> Response:
 
 async def handle_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    body = ('{"detail": "%s"}' % exc.detail.replace('"', "'")).encode()
+    body = msgspec.json.encode({"detail": exc.detail})
     return Response(body, exc.status_code, headers=exc.headers, media_type=JSON)
 
 

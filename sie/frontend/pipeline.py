@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sie.errors import InvalidInput, ModelLoadFailed, ModelLoading, ShuttingDown
+from sie.errors import InputTooLong, InvalidInput, ModelLoadFailed, ModelLoading, ShuttingDown
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.state import FrontendState
 from sie.shm.control import ModelState
@@ -60,6 +60,9 @@ async def embed(
 ) -> Embedded:
     slot, config = state.model(name)
     check_serving(state)
+    limit = state.settings.max_concurrent_requests
+    if len(texts) > limit:  # could never be admitted: no retry would help
+        raise InputTooLong(f"Request has {len(texts)} items; at most {limit} can be queued for one model")
     if profile is not None and profile not in config.profiles:
         known = ", ".join(sorted(config.profiles)) or "default"
         raise InvalidInput(f"Unknown profile '{profile}' for model '{name}'. Available: {known}")

@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 PARENT_CHECK_S = 0.5
 
 
-
 def main(settings: Settings, spec: FrontendSpec) -> int:
     configure_logging(settings.log_level, settings.log_format, f"frontend{spec.index}")
     asyncio.run(_serve(settings, spec))
@@ -40,6 +39,7 @@ def hypercorn_config(settings: Settings, listen_fd: int) -> Config:
     config.bind = [f"fd://{listen_fd}"]
     config.graceful_timeout = settings.graceful_timeout_s
     config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")  # through our handlers, once
     config.keep_alive_timeout = 75  # longer than common client pools keep idle connections
     return config
 
@@ -54,7 +54,9 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         catalog=catalog,
         devices=client,
         tokenizers=TokenizerCache(),
-        preload_slots=[catalog.slot(n) for n in preload_names(settings.preload, settings.default_model, catalog)],
+        preload_slots=[
+            catalog.slot(n) for n in preload_names(settings.preload, settings.default_model, catalog)
+        ],
     )
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
         state.tokenizers.get(catalog.models[slot])
@@ -72,7 +74,9 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     watcher = loop.create_task(_watch_parent(spec.supervisor_pid, drain))
     log.info("frontend serving")
     try:
-        await serve(build_app(state), hypercorn_config(settings, spec.listen_fd), shutdown_trigger=shutdown.wait)
+        await serve(
+            build_app(state), hypercorn_config(settings, spec.listen_fd), shutdown_trigger=shutdown.wait
+        )
     finally:
         watcher.cancel()
         await client.stop()

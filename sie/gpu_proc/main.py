@@ -5,6 +5,15 @@ from __future__ import annotations
 import logging
 import signal
 
+import torch
+from transformers.utils import logging as transformers_logging
+
+from sie.gpu_proc.adapters.base import load_adapter
+from sie.gpu_proc.batcher import Batcher
+from sie.gpu_proc.inference import InferenceThread
+from sie.gpu_proc.loop import DeviceLoop
+from sie.gpu_proc.registry import Registry
+from sie.gpu_proc.runner import Runner
 from sie.logs import configure_logging
 from sie.model_config import load_catalog
 from sie.settings import Settings, available_cores
@@ -16,18 +25,9 @@ from sie.specs import DeviceSpec
 log = logging.getLogger(__name__)
 
 
-
 def main(settings: Settings, spec: DeviceSpec) -> int:
     configure_logging(settings.log_level, settings.log_format, f"device{spec.index}")
-    import torch  # here, not at module level: the supervisor imports this module's spec type
-
-    from sie.gpu_proc.adapters.base import load_adapter
-    from sie.gpu_proc.batcher import Batcher
-    from sie.gpu_proc.inference import InferenceThread
-    from sie.gpu_proc.loop import DeviceLoop
-    from sie.gpu_proc.registry import Registry
-    from sie.gpu_proc.runner import Runner
-
+    transformers_logging.disable_progress_bar()  # a progress bar per load is noise in service logs
     if spec.device == "cpu":
         torch.set_num_threads(settings.torch_threads or available_cores())
     namespace = Namespace(spec.instance, spec.supervisor_pid)

@@ -10,6 +10,7 @@ how a process learns that a name changed, cheaply, on every request.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import time
 from enum import IntEnum
@@ -195,13 +196,9 @@ class ControlBlock:
     def close(self) -> None:
         self._views.clear()
         self.header = self.devices = self.models = self.pair_gen = self.frontends = None  # type: ignore[assignment]
-        try:
+        with contextlib.suppress(BufferError):  # a caller still holds a view; it unmaps with it
             self._mm.close()
-        except BufferError:
-            pass  # a caller still holds a view; the mapping goes when it does
 
     def unlink(self) -> None:
-        try:
+        with contextlib.suppress(posix_ipc.ExistentialError):
             posix_ipc.unlink_shared_memory(self.name)
-        except posix_ipc.ExistentialError:
-            pass

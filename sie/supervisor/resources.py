@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 
 
 class SharedResources:
-    def __init__(self, namespace: Namespace, settings: Settings, n_devices: int, n_frontends: int, n_models: int):
+    def __init__(
+        self, namespace: Namespace, settings: Settings, n_devices: int, n_frontends: int, n_models: int
+    ):
         self.namespace = namespace
         self.settings = settings
         self.n_devices = n_devices
@@ -52,10 +54,16 @@ class SharedResources:
         generation = self.control.pair_generation(device, frontend) + 1
         name = self.namespace.ring
         fresh = (
-            Ring.create(name(device, frontend, generation, "req"), slots=self.settings.ring_slots,
-                        arena_bytes=self.settings.request_ring_bytes),
-            Ring.create(name(device, frontend, generation, "resp"), slots=self.settings.ring_slots,
-                        arena_bytes=self.settings.response_ring_bytes),
+            Ring.create(
+                name(device, frontend, generation, "req"),
+                slots=self.settings.ring_slots,
+                arena_bytes=self.settings.request_ring_bytes,
+            ),
+            Ring.create(
+                name(device, frontend, generation, "resp"),
+                slots=self.settings.ring_slots,
+                arena_bytes=self.settings.response_ring_bytes,
+            ),
         )
         old = self._rings.get((device, frontend))
         self._rings[(device, frontend)] = fresh

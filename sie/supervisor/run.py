@@ -62,7 +62,9 @@ class Supervisor:
             for child in self.frontends:
                 self._start_frontend(child)
             log.info(
-                "sie listening on http://%s:%d", host, port,
+                "sie listening on http://%s:%d",
+                host,
+                port,
                 extra={"devices": self.device_names, "frontends": len(self.frontends)},
             )
             code = self._watch()

@@ -13,7 +13,14 @@ from sie.frontend.postprocess import apply_output_dtype
 from sie.frontend.render import Timing, render_encode, timing_headers
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import format_text
-from sie.frontend.wire import EncodeOptions, EncodeParams, EncodeRequest, decode_body, validate_encode, wants_json
+from sie.frontend.wire import (
+    EncodeOptions,
+    EncodeParams,
+    EncodeRequest,
+    decode_body,
+    validate_encode,
+    wants_json,
+)
 
 
 async def encode(request: Request) -> Response:

@@ -31,8 +31,11 @@ def model_info(state: FrontendState, config: ModelConfig) -> dict[str, Any]:
         outputs.append("score")
     if config.tasks.extract is not None:
         outputs.append("json")
-    dims = {kind: spec.dim for kind in ("dense", "sparse", "multivector")
-            if config.tasks.encode and (spec := getattr(config.tasks.encode, kind)) and spec.dim}
+    dims = {
+        kind: spec.dim
+        for kind in ("dense", "sparse", "multivector")
+        if config.tasks.encode and (spec := getattr(config.tasks.encode, kind)) and spec.dim
+    }
     default = config.default_profile_name
     return {
         "name": config.sie_id,

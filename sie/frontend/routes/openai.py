@@ -27,7 +27,9 @@ async def embeddings(request: Request) -> Response:
         if dim is None:
             raise InvalidInput(f"Model '{req.model}' does not produce dense embeddings")
         if req.dimensions is not None and req.dimensions != dim:
-            raise InvalidInput(f"Model '{req.model}' has {dim} dimensions; 'dimensions' must be {dim} or omitted")
+            raise InvalidInput(
+                f"Model '{req.model}' has {dim} dimensions; 'dimensions' must be {dim} or omitted"
+            )
         embedded = await embed(state, req.model, texts)
     except SieError as error:
         return openai_error_response(error)

@@ -48,9 +48,16 @@ def build_openapi(version: str) -> bytes:
         [EncodeRequest, EmbeddingsRequest], ref_template="#/components/schemas/{name}"
     )
     components["Error"] = _ERROR
-    model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
-                   "description": "raw model id, slashes included, not URL-escaped"}
-    encode = _operation("Dense embeddings", "EncodeRequest", ["application/msgpack", "application/json"], "encode")
+    model_param = {
+        "name": "model",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "raw model id, slashes included, not URL-escaped",
+    }
+    encode = _operation(
+        "Dense embeddings", "EncodeRequest", ["application/msgpack", "application/json"], "encode"
+    )
     encode["parameters"] = [model_param]
     get_model = _operation("One model's state", None, ["application/json"], "models")
     get_model["parameters"] = [model_param]
@@ -59,8 +66,9 @@ def build_openapi(version: str) -> bytes:
         "info": {"title": "sie", "version": version},
         "paths": {
             "/v1/encode/{model}": {"post": encode},
-            "/v1/embeddings": {"post": _operation("OpenAI embeddings", "EmbeddingsRequest",
-                                                  ["application/json"], "openai")},
+            "/v1/embeddings": {
+                "post": _operation("OpenAI embeddings", "EmbeddingsRequest", ["application/json"], "openai")
+            },
             "/v1/models": {"get": _operation("Model catalogue", None, ["application/json"], "models")},
             "/v1/models/{model}": {"get": get_model},
             "/healthz": {"get": _operation("Liveness", None, ["text/plain"], "health")},
