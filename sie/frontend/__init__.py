@@ -1,0 +1,1 @@
+"""The HTTP frontend process: ASGI app, request decoding, tokenization, response rendering."""

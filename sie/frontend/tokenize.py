@@ -1,0 +1,242 @@
+"""Text formatting and tokenization into the flat layout the rings carry (offsets + int32 ids).
+
+Tokenizing happens in the frontend so the device process only runs forward passes. The Rust
+tokenizer releases the GIL inside `encode_batch`, so callers may run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from sie.errors import InvalidInput
+from sie.model_config import ModelConfig, resolve_weights_dir
+
+DEFAULT_MAX_LENGTH = 512
+# First guess at how many characters the kept tokens can span, per token of max_length. English
+# WordPiece/BPE averages 4-5 characters a token and code about 3, so this cut leaves a 3x margin;
+# texts where it is not enough are detected and re-cut larger (see `TextTokenizer._cap`).
+CHARS_PER_TOKEN_GUESS = 16
+BUDGET_GROWTH = 16
+
+
+def format_text(
+    text: str,
+    *,
+    is_query: bool,
+    instruction: str | None,
+    query_template: str | None,
+    doc_template: str | None,
+) -> str:
+    """Apply the model's query or document template; with none, prefix the instruction if any."""
+    template = query_template if is_query else doc_template
+    if template:
+        try:
+            # Extra keyword arguments are ignored by str.format, so a template without
+            # {instruction} is fine when an instruction is given.
+            return template.format(text=text, instruction=instruction or "")
+        except (KeyError, IndexError) as exc:
+            raise InvalidInput(f"Unsupported template placeholder: {exc}") from None
+    if instruction:
+        return f"{instruction} {text}"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A tokenized batch, flat: item i is `input_ids[offsets[i]:offsets[i + 1]]`."""
+
+    offsets: np.ndarray  # int32[n + 1], prefix sums of per-item lengths
+    input_ids: np.ndarray  # int32[n_tokens]
+    token_type_ids: np.ndarray | None  # int8[n_tokens]; None when every type id is 0
+    n_tokens: int
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+class TextTokenizer:
+    """One model's tokenizer: truncation to `max_length` tokens (special tokens included), no padding."""
+
+    def __init__(self, tokenizer_json: Path, max_length: int) -> None:
+        self.max_length = max_length
+        # tokenizer.json often carries its own truncation and fixed padding (MiniLM's pads to 128):
+        # both are replaced, since the device packs sequences flat and the model config sets length.
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_json))
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length)
+        # A second copy with no truncation, used only to check character cuts of very long texts.
+        self._probe = Tokenizer.from_file(str(tokenizer_json))
+        self._probe.no_padding()
+        self._probe.no_truncation()
+        self._char_budget = max_length * CHARS_PER_TOKEN_GUESS
+        self._single_has_types = any(self._tokenizer.encode("a").type_ids)
+
+    def encode(self, texts: Sequence[str]) -> Encoded:
+        """Tokenize single texts (embedding inputs)."""
+        keep = self.max_length - self._tokenizer.num_special_tokens_to_add(False)
+        limit = self._char_budget
+        capped = [text if len(text) <= limit else self._cut(text, keep)[0] for text in texts]
+        encodings = self._tokenizer.encode_batch_fast(capped)
+        return _flatten(encodings, keep_types=self._single_has_types)
+
+    def encode_pairs(self, queries: Sequence[str], docs: Sequence[str]) -> Encoded:
+        """Tokenize (query, doc) pairs for cross-encoders; token types mark the two segments."""
+        if len(queries) != len(docs):
+            raise ValueError("queries and docs must have the same length")
+        limit = self._char_budget
+        is_short = [len(q) <= limit and len(d) <= limit for q, d in zip(queries, docs, strict=True)]
+        short = [(q, d) for q, d, ok in zip(queries, docs, is_short, strict=True) if ok]
+        encoded_short = iter(self._tokenizer.encode_batch_fast(short))
+        encodings = [
+            next(encoded_short) if ok else self._encode_long_pair(q, d)
+            for q, d, ok in zip(queries, docs, is_short, strict=True)
+        ]
+        return _flatten(encodings, keep_types=True)
+
+    def _cut(self, text: str, keep: int) -> tuple[str, Encoding | None, int]:
+        """The shortest character cut of `text` whose complete words give at least `keep` tokens.
+
+        Cutting by characters first matters: tokenizing 1 MB to keep 256 tokens wastes seconds.
+        But no fixed character budget is safe on its own, since one token can span any number of
+        characters (a run of whitespace, an over-long word that becomes [UNK]). So a cut is
+        checked: it is kept only if the tokens of its complete words (all but the last, which the
+        cut may have split) already fill `keep`. Tokenizers normalize and pre-tokenize locally, so
+        those words tokenize the same in the full text, and right truncation keeps only them either
+        way. A failed check retries with a budget `BUDGET_GROWTH` times larger, ending at the text.
+
+        Returns the cut, its tokens without special tokens, and how many of those belong to
+        complete words; or the whole text, None and 0 when no cut passes.
+        """
+        budget = self._char_budget
+        while len(text) > budget:
+            head = text[:budget]
+            probe = self._probe.encode(head, add_special_tokens=False)
+            n_complete = _tokens_before_last_word(probe.word_ids)
+            if n_complete >= keep:
+                return head, probe, n_complete
+            budget *= BUDGET_GROWTH
+        return text, None, 0
+
+    def _head(self, text: str, keep: int) -> _Head:
+        head, encoding, n_complete = self._cut(text, keep)
+        if encoding is not None:
+            return _Head(head, encoding, n_complete, is_exact=False)
+        encoding = self._probe.encode(text, add_special_tokens=False)
+        return _Head(text, encoding, len(encoding), is_exact=True)
+
+    def _encode_long_pair(self, query: str, doc: str) -> Encoding:
+        """A pair with a long side: each side cut on its own, then truncated as the pair would be.
+
+        The tokenizer's own pair truncation builds every combination of the two sides' overflow
+        windows, which is quadratic in the length; truncating each side here first avoids it.
+        """
+        budget = self.max_length - self._tokenizer.num_special_tokens_to_add(True)
+        first, second = self._head(query, budget), self._head(doc, budget)
+        if _is_split_ambiguous(first, second, budget):
+            first, second = _counted(first, query, self._probe), _counted(second, doc, self._probe)
+        keep_first, keep_second = _longest_first(first.n_tokens, second.n_tokens, budget)
+        first.encoding.truncate(keep_first)
+        second.encoding.truncate(keep_second)
+        return self._tokenizer.post_process(first.encoding, second.encoding, add_special_tokens=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A text's leading part and its tokens (no special tokens)."""
+
+    text: str
+    encoding: Encoding
+    n_tokens: int  # the whole text's count when is_exact; else the head's complete words' (a lower bound)
+    is_exact: bool
+
+
+def _tokens_before_last_word(word_ids: list[int | None]) -> int:
+    i = len(word_ids) - 1
+    last = word_ids[i] if i >= 0 else None
+    while i >= 0 and word_ids[i] == last:
+        i -= 1
+    return i + 1
+
+
+def _longest_first(n_first: int, n_second: int, budget: int) -> tuple[int, int]:
+    """How many tokens of each side the tokenizers library's longest-first truncation keeps.
+
+    Each side's count matters only up to the budget, except when both exceed half of it: then each
+    keeps half and, with an odd budget, the strictly longer side (else the second) gets one more.
+    """
+    if n_first + n_second <= budget:
+        return n_first, n_second
+    is_swapped = n_first > n_second
+    short, long = (n_second, n_first) if is_swapped else (n_first, n_second)
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short = budget // 2
+        long = short + budget % 2
+    return (long, short) if is_swapped else (short, long)
+
+
+def _is_split_ambiguous(first: _Head, second: _Head, budget: int) -> bool:
+    """Whether the cuts may hide which side is longer, the one thing `_longest_first` still needs."""
+    if budget % 2 == 0 or min(first.n_tokens, second.n_tokens) <= budget // 2:
+        return False
+    if first.is_exact and second.is_exact:
+        return False
+    if first.is_exact or second.is_exact:
+        cut, exact = (second, first) if first.is_exact else (first, second)
+        return cut.n_tokens <= exact.n_tokens  # else the cut side is longer, cut or not
+    return True
+
+
+def _counted(head: _Head, text: str, probe: Tokenizer) -> _Head:
+    """The head, with the exact token count of its whole text (linear work; ambiguous pairs only)."""
+    if head.is_exact:
+        return head
+    return _Head(head.text, head.encoding, len(probe.encode(text, add_special_tokens=False)), is_exact=True)
+
+
+def _flatten(encodings: list[Encoding], *, keep_types: bool) -> Encoded:
+    """Concatenate a batch's ids into flat arrays; the per-token work happens inside numpy."""
+    n = len(encodings)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, encodings), dtype=np.int32, count=n), out=offsets[1:])
+    n_tokens = int(offsets[-1])
+    ids = itertools.chain.from_iterable(e.ids for e in encodings)
+    input_ids = np.fromiter(ids, dtype=np.int32, count=n_tokens)
+    token_type_ids = None
+    if keep_types:
+        types = itertools.chain.from_iterable(e.type_ids for e in encodings)
+        token_type_ids = np.fromiter(types, dtype=np.int8, count=n_tokens)
+        if not token_type_ids.any():
+            token_type_ids = None
+    return Encoded(offsets, input_ids, token_type_ids, n_tokens)
+
+
+class TokenizerCache:
+    """Loads each model's tokenizer once and shares it between requests (and threads)."""
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, TextTokenizer] = {}
+        self._lock = threading.Lock()
+
+    def get(self, config: ModelConfig) -> TextTokenizer:
+        tokenizer = self._by_model.get(config.sie_id)
+        if tokenizer is None:
+            with self._lock:  # two threads missing at once load it once
+                tokenizer = self._by_model.get(config.sie_id)
+                if tokenizer is None:
+                    tokenizer = _load(config)
+                    self._by_model[config.sie_id] = tokenizer
+        return tokenizer
+
+
+def _load(config: ModelConfig) -> TextTokenizer:
+    path = resolve_weights_dir(config) / "tokenizer.json"
+    return TextTokenizer(path, config.max_sequence_length or DEFAULT_MAX_LENGTH)

@@ -1,0 +1,169 @@
+"""Request bodies (msgspec Structs), content negotiation, and the checks that need no model state.
+
+Decoding goes straight into Structs so that a wrong type anywhere in a body is rejected with
+msgspec's own message (``Expected `str | null`, got `int` - at `$.items[0].text` ``), which is the
+text the spec's error table asks for. Unknown fields are ignored, as SIE ignores them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any, Literal, TypeVar, cast
+
+import msgspec
+
+from sie.errors import InvalidInput
+
+T = TypeVar("T")
+
+MAX_TEXT_BYTES = 2 * 1024 * 1024
+OUTPUT_DTYPES = frozenset({"float32", "float16", "int8", "uint8", "binary", "ubinary"})
+DEFAULT_OUTPUT_TYPES = ("dense",)
+DEFAULT_OUTPUT_DTYPE = "float32"
+_MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+
+
+class ImageInput(msgspec.Struct):
+    data: bytes
+    format: str | None = None
+
+
+class Item(msgspec.Struct):
+    id: str | None = None
+    text: str | None = None
+    images: list[ImageInput] | None = None
+    # Shapes vary by modality and no text model reads them; kept raw until an adapter needs them.
+    audio: Any = None
+    video: Any = None
+    document: Any = None
+    metadata: dict[str, Any] | None = None
+
+
+class EncodeOptions(msgspec.Struct):
+    """`params.options`; adapter runtime options beyond these are accepted and ignored."""
+
+    is_query: bool | None = None
+    profile: str | None = None
+    normalize: bool | None = None
+    muvera: dict[str, Any] | None = None
+    lora_id: str | None = None
+
+
+class EncodeParams(msgspec.Struct):
+    output_types: list[str] | None = None
+    output_dtype: str | None = None
+    instruction: str | None = None
+    options: EncodeOptions | None = None
+
+
+class EncodeRequest(msgspec.Struct):
+    items: list[Item]
+    params: EncodeParams | None = None
+
+
+class EmbeddingsRequest(msgspec.Struct):
+    """The OpenAI `/v1/embeddings` body."""
+
+    model: str
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+def is_msgpack(content_type: str | None) -> bool:
+    """Whether a request body is msgpack; anything else (or no header) is JSON."""
+    if not content_type:
+        return False
+    lowered = content_type.lower()
+    return any(t in lowered for t in _MSGPACK_TYPES)
+
+
+def wants_json(accept: str | None) -> bool:
+    """Whether to answer in JSON: msgpack is the default, as the SDK never sends an Accept for it."""
+    if not accept:
+        return False
+    lowered = accept.lower()
+    return "application/json" in lowered and not any(t in lowered for t in _MSGPACK_TYPES)
+
+
+@functools.cache
+def _decoders(type_: Any) -> tuple[msgspec.json.Decoder[Any], msgspec.msgpack.Decoder[Any]]:
+    # Building a decoder compiles the type once; per-request construction would redo that work.
+    return msgspec.json.Decoder(type_), msgspec.msgpack.Decoder(type_)
+
+
+def decode_body(body: bytes, content_type: str | None, type_: type[T]) -> T:
+    """Decode a request body into `type_`; every failure is an `InvalidInput` (400)."""
+    if not body:
+        raise InvalidInput("Request body is empty")
+    json_decoder, msgpack_decoder = _decoders(cast(Any, type_))  # mypy: type[T] is not Hashable
+    decoder = msgpack_decoder if is_msgpack(content_type) else json_decoder
+    try:
+        decoded: T = decoder.decode(body)
+    except msgspec.DecodeError as exc:  # ValidationError is a subclass
+        raise InvalidInput(str(exc)) from None
+    return decoded
+
+
+def output_types_of(req: EncodeRequest) -> list[str]:
+    params = req.params
+    if params is None or params.output_types is None:
+        return list(DEFAULT_OUTPUT_TYPES)
+    return params.output_types
+
+
+def output_dtype_of(req: EncodeRequest) -> str:
+    params = req.params
+    if params is None or params.output_dtype is None:
+        return DEFAULT_OUTPUT_DTYPE
+    return params.output_dtype
+
+
+def validate_encode(
+    req: EncodeRequest,
+    *,
+    model: str,
+    supported: Iterable[str],
+    needs_text: bool = True,
+    max_text_bytes: int = MAX_TEXT_BYTES,
+) -> None:
+    """Reject, before any queueing, what no device could serve: each check is a 400."""
+    if not req.items:
+        raise InvalidInput("items must not be empty")
+    _check_output_types(output_types_of(req), model, set(supported))
+    dtype = output_dtype_of(req)
+    if dtype not in OUTPUT_DTYPES:
+        raise InvalidInput(f"Unsupported output_dtype: {dtype}")
+    for index, item in enumerate(req.items):
+        _check_item_text(index, item, model, needs_text, max_text_bytes)
+
+
+def _check_output_types(requested: list[str], model: str, supported: set[str]) -> None:
+    unsupported = set(requested) - supported
+    if unsupported:
+        raise InvalidInput(
+            f"Model '{model}' does not support output types: {_set_repr(unsupported)}. "
+            f"Supported: {_set_repr(supported)}"
+        )
+
+
+def _set_repr(names: set[str]) -> str:
+    # Python's own set repr (what SIE prints), but sorted so the message is deterministic.
+    return "{" + ", ".join(repr(n) for n in sorted(names)) + "}" if names else "set()"
+
+
+def _check_item_text(index: int, item: Item, model: str, needs_text: bool, max_bytes: int) -> None:
+    text = item.text
+    if text is None:
+        if needs_text:
+            raise InvalidInput(f"Item {index} has no text; model '{model}' requires text input")
+        return
+    # A str of n chars is n..4n bytes of UTF-8, so most texts are decided without encoding them.
+    n_chars = len(text)
+    if n_chars * 4 <= max_bytes:
+        return
+    n_bytes = n_chars if n_chars > max_bytes else len(text.encode("utf-8", "surrogatepass"))
+    if n_bytes > max_bytes:
+        raise InvalidInput(f"Item {index} text is too long: over {max_bytes} bytes of UTF-8")

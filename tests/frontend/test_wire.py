@@ -1,0 +1,228 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import msgpack  # type: ignore[import-untyped]
+import pytest
+
+from sie.errors import InvalidInput
+from sie.frontend.wire import (
+    MAX_TEXT_BYTES,
+    EmbeddingsRequest,
+    EncodeRequest,
+    decode_body,
+    is_msgpack,
+    validate_encode,
+    wants_json,
+)
+
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "expected"),
+    [
+        (None, False),
+        ("", False),
+        ("application/json", False),
+        ("text/plain", False),
+        ("application/msgpack", True),
+        ("application/x-msgpack", True),
+        ("Application/MsgPack; charset=binary", True),
+    ],
+)
+def test_is_msgpack(content_type: str | None, expected: bool) -> None:
+    assert is_msgpack(content_type) is expected
+
+
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        (None, False),
+        ("", False),
+        ("*/*", False),
+        ("text/html", False),
+        ("application/msgpack", False),
+        ("application/json", True),
+        ("application/json, text/plain, */*", True),
+        ("Application/JSON", True),
+        ("application/json, application/msgpack", False),
+        ("application/x-msgpack;q=0.9, application/json", False),
+    ],
+)
+def test_wants_json(accept: str | None, expected: bool) -> None:
+    assert wants_json(accept) is expected
+
+
+def _decode(body: object, content_type: str | None = "application/json") -> EncodeRequest:
+    raw = json.dumps(body).encode() if content_type == "application/json" else body
+    assert isinstance(raw, bytes)
+    return decode_body(raw, content_type, EncodeRequest)
+
+
+def _message(exc_info: pytest.ExceptionInfo[InvalidInput]) -> str:
+    return exc_info.value.message
+
+
+def test_decode_json_full_request() -> None:
+    req = _decode(
+        {
+            "items": [{"id": "a", "text": "hi", "unknown": 1}, {"text": "there", "metadata": {"k": 1}}],
+            "params": {
+                "output_types": ["dense"],
+                "output_dtype": "int8",
+                "instruction": "Represent",
+                "options": {"is_query": True, "profile": "default", "muvera": None, "pooling": "cls"},
+            },
+        }
+    )
+    assert [i.text for i in req.items] == ["hi", "there"]
+    assert req.items[0].id == "a" and req.items[1].id is None
+    assert req.params is not None and req.params.options is not None
+    assert req.params.options.is_query is True
+    assert req.params.output_dtype == "int8"
+
+
+def test_decode_without_content_type_is_json() -> None:
+    req = decode_body(b'{"items": [{"text": "x"}]}', None, EncodeRequest)
+    assert req.items[0].text == "x"
+
+
+def test_decode_msgpack_body_with_image_bytes() -> None:
+    body = {"items": [{"text": "x", "images": [{"data": b"\x89PNG", "format": "png"}]}]}
+    raw = msgpack.packb(body, use_bin_type=True)
+    req = decode_body(raw, "application/msgpack", EncodeRequest)
+    assert req.items[0].images is not None
+    assert req.items[0].images[0].data == b"\x89PNG"
+
+
+def test_wrong_type_at_path_uses_msgspec_message() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        _decode({"items": [{"text": 5}]})
+    assert _message(exc_info) == "Expected `str | null`, got `int` - at `$.items[0].text`"
+
+
+def test_wrong_type_in_msgpack_body() -> None:
+    raw = msgpack.packb({"items": [{"text": "a"}, {"text": 5}]}, use_bin_type=True)
+    with pytest.raises(InvalidInput) as exc_info:
+        decode_body(raw, "application/x-msgpack", EncodeRequest)
+    assert _message(exc_info) == "Expected `str | null`, got `int` - at `$.items[1].text`"
+
+
+def test_truncated_json() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        decode_body(b'{"items": [{"text": "a"}', "application/json", EncodeRequest)
+    assert _message(exc_info) == "Input data was truncated"
+
+
+def test_malformed_json_and_msgpack_are_invalid_input() -> None:
+    with pytest.raises(InvalidInput):
+        decode_body(b"{nope}", "application/json", EncodeRequest)
+    with pytest.raises(InvalidInput):
+        decode_body(b"\xc1", "application/msgpack", EncodeRequest)
+
+
+def test_missing_items() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        _decode({"params": {}})
+    assert _message(exc_info) == "Object missing required field `items`"
+
+
+def test_empty_body() -> None:
+    with pytest.raises(InvalidInput):
+        decode_body(b"", "application/json", EncodeRequest)
+
+
+def test_openai_body() -> None:
+    req = decode_body(b'{"model": "m", "input": ["a", "b"]}', None, EmbeddingsRequest)
+    assert req.input == ["a", "b"] and req.encoding_format == "float"
+    single = decode_body(
+        b'{"model": "m", "input": "a", "encoding_format": "base64"}', None, EmbeddingsRequest
+    )
+    assert single.input == "a" and single.encoding_format == "base64"
+    with pytest.raises(InvalidInput):
+        decode_body(b'{"model": "m", "input": "a", "encoding_format": "hex"}', None, EmbeddingsRequest)
+
+
+def _validate(body: dict[str, object], supported: tuple[str, ...] = ("dense",)) -> None:
+    validate_encode(_decode(body), model=MODEL, supported=supported)
+
+
+def test_validate_accepts_defaults() -> None:
+    _validate({"items": [{"text": "a"}, {"text": ""}]})
+
+
+def test_validate_empty_items() -> None:
+    with pytest.raises(InvalidInput, match="items must not be empty"):
+        _validate({"items": []})
+
+
+def test_validate_missing_text_names_the_item() -> None:
+    with pytest.raises(InvalidInput, match="Item 1 has no text"):
+        _validate({"items": [{"text": "a"}, {"id": "b"}]})
+
+
+def test_validate_missing_text_allowed_when_model_needs_none() -> None:
+    validate_encode(_decode({"items": [{"id": "b"}]}), model=MODEL, supported=["dense"], needs_text=False)
+
+
+def test_validate_text_limit_is_2_mib_of_utf8() -> None:
+    _validate({"items": [{"text": "a" * MAX_TEXT_BYTES}]})
+    with pytest.raises(InvalidInput, match="Item 0 text is too long"):
+        _validate({"items": [{"text": "a" * (MAX_TEXT_BYTES + 1)}]})
+    # 3 bytes per char: under the limit in chars, over it in bytes.
+    n_chars = MAX_TEXT_BYTES // 3 + 1
+    with pytest.raises(InvalidInput, match="Item 1 text is too long"):
+        _validate({"items": [{"text": "ok"}, {"text": "€" * n_chars}]})
+    _validate({"items": [{"text": "€" * (n_chars - 1)}]})
+
+
+def test_validate_custom_text_limit() -> None:
+    req = _decode({"items": [{"text": "ééé"}]})
+    validate_encode(req, model=MODEL, supported=["dense"], max_text_bytes=6)
+    with pytest.raises(InvalidInput):
+        validate_encode(req, model=MODEL, supported=["dense"], max_text_bytes=5)
+
+
+def test_validate_unknown_output_dtype() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        _validate({"items": [{"text": "a"}], "params": {"output_dtype": "float64"}})
+    assert _message(exc_info) == "Unsupported output_dtype: float64"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8", "binary", "ubinary"])
+def test_validate_known_output_dtypes(dtype: str) -> None:
+    _validate({"items": [{"text": "a"}], "params": {"output_dtype": dtype}})
+
+
+def test_validate_unsupported_output_type_message() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        _validate({"items": [{"text": "a"}], "params": {"output_types": ["dense", "sparse"]}})
+    assert _message(exc_info) == (
+        f"Model '{MODEL}' does not support output types: {{'sparse'}}. Supported: {{'dense'}}"
+    )
+
+
+def test_validate_unknown_output_type_and_sorted_sets() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        _validate(
+            {"items": [{"text": "a"}], "params": {"output_types": ["vector", "multivector"]}},
+            supported=("sparse", "dense"),
+        )
+    assert _message(exc_info) == (
+        f"Model '{MODEL}' does not support output types: {{'multivector', 'vector'}}. "
+        "Supported: {'dense', 'sparse'}"
+    )
+
+
+def test_frontend_modules_never_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "import sie.frontend.wire, sie.frontend.tokenize, sie.frontend.postprocess, sie.frontend.render\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
