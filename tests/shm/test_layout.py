@@ -1,0 +1,180 @@
+"""Round trips of the two ring messages in sie.shm.layout, and rejection of truncated buffers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sie.shm.layout import (
+    LayoutError,
+    Op,
+    OutputMask,
+    ResultBlock,
+    ResultKind,
+    Status,
+    TokenBatch,
+    decode_request,
+    decode_result,
+    encode_request,
+    encode_result,
+    error_result,
+    request_nbytes,
+    result_nbytes,
+)
+
+
+def _batch(items: list[list[int]], with_types: bool, **fields: int) -> TokenBatch:
+    lengths = np.array([len(item) for item in items], np.int64)
+    offsets = np.zeros(len(items) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.array([t for item in items for t in item], np.int32)
+    types = (ids % 2).astype(np.int8) if with_types else None
+    return TokenBatch(
+        req_id=fields.get("req_id", 7),
+        op=Op.ENCODE,
+        model_slot=fields.get("model_slot", 3),
+        offsets=offsets,
+        input_ids=ids,
+        token_type_ids=types,
+        item_base=fields.get("item_base", 0),
+        output_mask=OutputMask.DENSE | OutputMask.SPARSE,
+        config_key=fields.get("config_key", 2**64 - 1),
+        submit_ns=fields.get("submit_ns", 123456789),
+    )
+
+
+def _assert_same_batch(got: TokenBatch, want: TokenBatch) -> None:
+    for field in ("req_id", "op", "model_slot", "item_base", "output_mask", "config_key", "submit_ns"):
+        assert getattr(got, field) == getattr(want, field), field
+    np.testing.assert_array_equal(got.offsets, want.offsets)
+    np.testing.assert_array_equal(got.input_ids, want.input_ids)
+    assert got.input_ids.dtype == np.int32 and got.offsets.dtype == np.int32
+    if want.token_type_ids is None:
+        assert got.token_type_ids is None
+    else:
+        assert got.token_type_ids is not None
+        np.testing.assert_array_equal(got.token_type_ids, want.token_type_ids)
+
+
+def _assert_same_result(got: ResultBlock, want: ResultBlock) -> None:
+    for field in ("req_id", "kind", "dim", "status", "message", "queue_us", "infer_us"):
+        assert getattr(got, field) == getattr(want, field), field
+    assert (got.batch_items, got.batch_tokens) == (want.batch_items, want.batch_tokens)
+    np.testing.assert_array_equal(got.item_index, want.item_index)
+    np.testing.assert_array_equal(got.item_status, want.item_status)
+    assert got.values.dtype == want.values.dtype or not want.values.size
+    np.testing.assert_array_equal(got.values, want.values)
+    for field in ("row_offsets", "indices"):
+        if getattr(want, field) is None:
+            assert getattr(got, field) is None
+        else:
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+
+
+BATCHES = {
+    "empty": [],
+    "one-token": [[101]],
+    "larger": [[101, *range(1000, 1000 + n), 102] for n in (0, 5, 700, 31)],
+}
+
+
+@pytest.mark.parametrize("with_types", [False, True])
+@pytest.mark.parametrize("items", BATCHES.values(), ids=BATCHES.keys())
+def test_request_round_trip(items: list[list[int]], with_types: bool) -> None:
+    batch = _batch(items, with_types)
+    buf = encode_request(batch)
+    n_tokens = sum(map(len, items))
+    assert len(buf) == request_nbytes(len(items), n_tokens, with_types)
+    _assert_same_batch(decode_request(buf), batch)
+    np.testing.assert_array_equal(decode_request(buf).lengths(), [len(i) for i in items])
+
+
+@pytest.mark.parametrize("with_types", [False, True])
+def test_truncated_request_is_rejected(with_types: bool) -> None:
+    buf = encode_request(_batch(BATCHES["larger"], with_types))
+    for size in (0, 1, 63, 64, 65, len(buf) // 2, len(buf) - 1):
+        with pytest.raises(LayoutError):
+            decode_request(buf[:size])
+
+
+def _results() -> dict[str, ResultBlock]:
+    rng = np.random.default_rng(0)
+    index = np.array([0, 2, 5], np.int32)
+    ok = np.zeros(3, np.uint8)
+    common: dict[str, Any] = {
+        "req_id": 2**63 + 5,
+        "item_index": index,
+        "item_status": ok,
+        "queue_us": 17,
+        "infer_us": 900,
+    }
+    dense32 = rng.standard_normal((3, 8)).astype(np.float32)
+    rows = np.array([0, 2, 2, 5], np.int32)
+    return {
+        "dense-f32": ResultBlock(kind=ResultKind.DENSE, values=dense32, dim=8, **common),
+        "dense-f16": ResultBlock(kind=ResultKind.DENSE, values=dense32.astype(np.float16), dim=8, **common),
+        "sparse": ResultBlock(
+            kind=ResultKind.SPARSE,
+            values=rng.random(5).astype(np.float32),
+            row_offsets=rows,
+            indices=np.array([3, 9, 1, 4, 30000], np.int32),
+            dim=30522,
+            **common,
+        ),
+        "multivector": ResultBlock(
+            kind=ResultKind.MULTIVECTOR,
+            values=rng.standard_normal((5, 4)).astype(np.float16),
+            row_offsets=rows,
+            dim=4,
+            **common,
+        ),
+        "scores": ResultBlock(
+            kind=ResultKind.SCORES,
+            values=np.array([0.5, -1.25, 3.0], np.float32),
+            item_status=np.array([0, Status.INFERENCE_ERROR, 0], np.uint8),
+            message="item 2 failed",
+            batch_items=3,
+            batch_tokens=77,
+            **{k: v for k, v in common.items() if k != "item_status"},
+        ),
+        "error": error_result(99, Status.OUT_OF_MEMORY, "CUDA out of memory: ünïcode"),
+    }
+
+
+RESULTS = _results()
+
+
+@pytest.mark.parametrize("block", RESULTS.values(), ids=RESULTS.keys())
+def test_result_round_trip(block: ResultBlock) -> None:
+    buf = encode_result(block)
+    assert len(buf) == result_nbytes(block)
+    _assert_same_result(decode_result(buf), block)
+
+
+@pytest.mark.parametrize("block", RESULTS.values(), ids=RESULTS.keys())
+def test_truncated_result_is_rejected(block: ResultBlock) -> None:
+    buf = encode_result(block)
+    # Cutting at least 8 bytes always reaches data: trailing padding is under 8 bytes.
+    for size in sorted({0, 1, 63, len(buf) // 2, len(buf) - 8}):
+        with pytest.raises(LayoutError):
+            decode_result(buf[:size])
+
+
+def test_decode_rejects_non_byte_buffers() -> None:
+    buf = encode_request(_batch([[1, 2]], False))
+    with pytest.raises(LayoutError):
+        decode_request(buf.view(np.int32))
+
+
+token_lists = st.lists(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40), max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(items=token_lists, with_types=st.booleans(), req_id=st.integers(0, 2**64 - 1))
+def test_request_round_trip_property(items: list[list[int]], with_types: bool, req_id: int) -> None:
+    batch = _batch(items, with_types, req_id=req_id)
+    _assert_same_batch(decode_request(encode_request(batch)), batch)
