@@ -9,6 +9,7 @@ that is DOWN, fails every request pending on it at once: timeouts are only a bac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -254,17 +255,18 @@ class DeviceClient:
             self._fail_link(link, DeviceUnavailable("Device restarted; retry shortly"))
         if self.control.device_state(device) != DeviceState.UP:
             raise DeviceUnavailable("Device is restarting; retry shortly")
+        device_generation = self.control.device_generation(device)
         try:
-            link = DeviceLink(
-                device,
-                generation,
-                self.control.device_generation(device),
-                Ring.attach(self.namespace.ring(device, self.frontend, generation, "req")),
-                Ring.attach(self.namespace.ring(device, self.frontend, generation, "resp")),
-                Doorbell.attach(self.namespace.doorbell(device, self.control.device_generation(device))),
-            )
+            with contextlib.ExitStack() as opened:  # closes what was opened if a later attach fails
+                requests = Ring.attach(self.namespace.ring(device, self.frontend, generation, "req"))
+                opened.callback(requests.close)
+                results = Ring.attach(self.namespace.ring(device, self.frontend, generation, "resp"))
+                opened.callback(results.close)
+                doorbell = Doorbell.attach(self.namespace.doorbell(device, device_generation))
+                opened.pop_all()
         except (RingMissing, OSError) as exc:
             raise DeviceUnavailable(f"Device is restarting; retry shortly ({exc})") from None
+        link = DeviceLink(device, generation, device_generation, requests, results, doorbell)
         self.links[device] = link
         return link
 

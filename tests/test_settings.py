@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+from sie.settings import Settings, env_name, load_settings
+
+
+def test_defaults() -> None:
+    settings = load_settings({}, {})
+    assert settings == Settings()
+    assert (settings.host, settings.port, settings.frontends, settings.device) == (
+        "127.0.0.1",
+        8080,
+        2,
+        "auto",
+    )
+
+
+def test_cli_beats_environment_beats_default() -> None:
+    environ = {"SIE_PORT": "9000", "SIE_FRONTENDS": "3", "SIE_MAX_BATCH_WAIT_MS": "2.5"}
+    settings = load_settings({"port": "9100", "frontends": None}, environ)
+    assert settings.port == 9100
+    assert settings.frontends == 3
+    assert settings.max_batch_wait_ms == 2.5
+
+
+def test_lists_split_on_commas() -> None:
+    settings = load_settings({"models": "a/b, c/d"}, {"SIE_PRELOAD": "a/b"})
+    assert settings.models == ["a/b", "c/d"]
+    assert settings.preload == ["a/b"]
+
+
+@pytest.mark.parametrize(
+    ("cli", "message"),
+    [({"port": "eighty"}, "port"), ({"frontends": "0"}, "frontends"), ({"log_format": "xml"}, "log_format")],
+)
+def test_invalid_values_are_rejected(cli: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_settings(cli, {})
+
+
+def test_children_get_settings_back_unchanged() -> None:
+    settings = load_settings({"models": "x", "port": "1"}, {})
+    assert Settings.decode(settings.encode()) == settings
+
+
+def test_every_field_has_an_env_twin() -> None:
+    for field in Settings.__struct_fields__:
+        value = "7" if isinstance(getattr(Settings(), field), int) else None
+        if value is None:
+            continue
+        assert getattr(load_settings({}, {env_name(field): value}), field) == 7
