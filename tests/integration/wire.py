@@ -1,0 +1,46 @@
+"""Client-side helpers: call the server in JSON or msgpack and get numpy arrays back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import msgpack
+import numpy as np
+
+MSGPACK = "application/msgpack"
+
+
+def from_msgpack_numpy(obj: Any) -> Any:
+    if isinstance(obj, dict) and obj.get(b"nd") is True:
+        return np.frombuffer(obj[b"data"], np.dtype(obj[b"type"])).reshape(obj[b"shape"])
+    if isinstance(obj, dict):
+        return {k: from_msgpack_numpy(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_msgpack_numpy(v) for v in obj]
+    return obj
+
+
+def encode(
+    url: str, model: str, body: dict[str, Any], *, as_json: bool, timeout: float = 60
+) -> httpx.Response:
+    if as_json:
+        return httpx.post(
+            f"{url}/v1/encode/{model}", json=body, headers={"accept": "application/json"}, timeout=timeout
+        )
+    return httpx.post(
+        f"{url}/v1/encode/{model}",
+        content=msgpack.packb(body, use_bin_type=True),
+        headers={"content-type": MSGPACK, "accept": MSGPACK},
+        timeout=timeout,
+    )
+
+
+def decode(response: httpx.Response) -> dict[str, Any]:
+    if response.headers["content-type"].startswith(MSGPACK):
+        return from_msgpack_numpy(msgpack.unpackb(response.content, raw=False))
+    return response.json()
+
+
+def dense_matrix(payload: dict[str, Any]) -> np.ndarray:
+    return np.stack([np.asarray(item["dense"]["values"], np.float32) for item in payload["items"]])
