@@ -1,0 +1,1 @@
+"""The device owner: ring polling, batch forming, inference loop, model adapters."""

@@ -1,0 +1,41 @@
+"""The CUDA path: half precision on the device agrees with float32 on CPU (skipped without CUDA)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from sie.gpu_proc.adapters import load_adapter
+from sie.gpu_proc.runner import Runner
+
+from .tiny import ARCHS, as_batch, model_config, random_items
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_matches_cpu(tiny_models: dict[str, Path], arch: str, precision: str) -> None:
+    items = random_items(64, seed=7)
+    config = model_config(arch, compute_precision=precision)
+    cpu = Runner(torch.device("cpu")).run_dense(
+        load_adapter(config, tiny_models[arch], "cpu"), as_batch(items)
+    )
+    adapter = load_adapter(config, tiny_models[arch], "cuda")
+    assert adapter.dtype == getattr(torch, precision) and adapter.device.type == "cuda"
+    gpu = Runner(torch.device("cuda")).run_dense(adapter, as_batch(items))
+    assert gpu.dtype == np.float32
+    cosine = (gpu * cpu).sum(1) / (np.linalg.norm(gpu, axis=1) * np.linalg.norm(cpu, axis=1))
+    assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999)  # bf16 keeps 8 mantissa bits
+    adapter.close()
+
+
+def test_cuda_defaults_to_float16(tiny_models: dict[str, Path]) -> None:
+    adapter = load_adapter(model_config("bert"), tiny_models["bert"], "cuda")
+    assert adapter.dtype == torch.float16
