@@ -69,9 +69,13 @@ class Supervisor:
             )
             code = self._watch()
         finally:
+            # Our copy of the socket goes first: once the draining frontends drop theirs, new
+            # connections are refused at once instead of queueing behind a socket nobody accepts on.
+            self.listener.close()
             self._stop_children()
             self.resources.close()
-            self.listener.close()
+            for signum in (signal.SIGTERM, signal.SIGINT):  # a late signal must not turn exit 0 into -15
+                signal.signal(signum, signal.SIG_IGN)
         log.info("sie stopped")
         return code
 
@@ -116,7 +120,8 @@ class Supervisor:
             _drain_pipe(self._wake_r)
             if self._reap_and_restart() is False:
                 return 1
-            self._report_readiness()
+            if not self.stopping:
+                self._report_readiness()
         sd_notify("STOPPING=1")
         return 0
 
