@@ -2,55 +2,20 @@
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings, token_count
 from tests.integration.server import Server
+from tests.integration.texts import assert_close, random_texts
 from tests.integration.wire import decode, dense_matrix, encode
 
 pytestmark = pytest.mark.slow
 
-WORDS = [
-    "protein",
-    "cell",
-    "gene",
-    "cancer",
-    "patients",
-    "study",
-    "results",
-    "treatment",
-    "risk",
-    "increased",
-    "mice",
-    "human",
-    "expression",
-    "levels",
-    "analysis",
-    "effect",
-    "role",
-    "disease",
-    "clinical",
-    "response",
-]
-
-
-def sentences(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 120))) for _ in range(n)]
-
-
-def assert_close(got: np.ndarray, want: np.ndarray) -> None:
-    cosine = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cosine.min() >= 0.99999
-    assert np.abs(got - want).max() <= 1e-5
-
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
 def test_matches_reference_and_keeps_order(minilm_server: Server, as_json: bool) -> None:
-    texts = sentences(64, seed=1)
+    texts = random_texts(64, 1, 120, seed=1)
     body = {"items": [{"id": f"doc-{i}", "text": t} for i, t in enumerate(texts)]}
     response = encode(minilm_server.url, MINILM, body, as_json=as_json)
     assert response.status_code == 200, response.text
@@ -63,7 +28,7 @@ def test_matches_reference_and_keeps_order(minilm_server: Server, as_json: bool)
 
 
 def test_item_alone_equals_item_in_mixed_batch(minilm_server: Server) -> None:
-    texts = sentences(64, seed=2)
+    texts = random_texts(64, 1, 120, seed=2)
     batch = dense_matrix(
         decode(encode(minilm_server.url, MINILM, {"items": [{"text": t} for t in texts]}, as_json=False))
     )
@@ -103,7 +68,7 @@ def test_hello_matches_real_sie(minilm_server: Server) -> None:
 
 @pytest.mark.parametrize("dtype", ["float16", "int8", "uint8", "binary", "ubinary"])
 def test_output_dtypes_over_http(minilm_server: Server, dtype: str) -> None:
-    texts = sentences(3, seed=3)
+    texts = random_texts(3, 1, 120, seed=3)
     body = {"items": [{"text": t} for t in texts], "params": {"output_dtype": dtype}}
     as_msgpack = decode(encode(minilm_server.url, MINILM, body, as_json=False))
     as_json = encode(minilm_server.url, MINILM, body, as_json=True).json()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import random
 import shutil
 import socket
 import threading
@@ -22,6 +21,7 @@ import yaml
 from sie.model_config import BUILTIN_MODELS_DIR
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings, token_count
 from tests.integration.server import Server, wait_until
+from tests.integration.texts import assert_close, random_texts
 from tests.integration.wire import MSGPACK, decode, dense_matrix, encode
 
 pytestmark = pytest.mark.slow
@@ -30,40 +30,6 @@ ROBERTA = "tiny/roberta-random"
 BROKEN = "tiny/broken-weights"
 BODY_LIMIT = 10_000
 MAX_CONCURRENT = 8
-WORDS = [
-    "protein",
-    "cell",
-    "gene",
-    "cancer",
-    "patients",
-    "study",
-    "results",
-    "treatment",
-    "risk",
-    "increased",
-    "mice",
-    "human",
-    "expression",
-    "levels",
-    "analysis",
-    "effect",
-    "role",
-    "disease",
-    "clinical",
-    "response",
-]
-
-
-def long_texts(n: int, words: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [f"{i} " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(n)]
-
-
-def assert_close(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape
-    cosine = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cosine.min() >= 0.99999
-    assert np.abs(got - want).max() <= 1e-5
 
 
 def post(
@@ -491,7 +457,7 @@ def test_chunked_body_over_limit_is_413(lab: tuple[Server, Path]) -> None:
 
 def test_queue_full_is_503_and_admitted_requests_are_exact(lab: tuple[Server, Path]) -> None:
     server, _ = lab
-    texts = long_texts(16, 80, seed=5)
+    texts = random_texts(16, 80, seed=5, numbered=True)
     reference = reference_embeddings(texts, minilm_dir())
     n_requests = 48
     barrier = threading.Barrier(n_requests, timeout=30)

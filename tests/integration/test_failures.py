@@ -18,37 +18,12 @@ import pytest
 
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings
 from tests.integration.server import Server, cpu_seconds, wait_until
+from tests.integration.texts import assert_close, random_texts
 from tests.integration.wire import decode, dense_matrix, encode
 
 pytestmark = pytest.mark.slow
 
-WORDS = [
-    "protein",
-    "cell",
-    "gene",
-    "cancer",
-    "patients",
-    "study",
-    "results",
-    "treatment",
-    "risk",
-    "increased",
-    "mice",
-    "human",
-]
 PROBE_TEXTS = ["Hello", "A man is eating food.", "protein cell gene", "the risk of mice"]
-
-
-def long_texts(n: int, words: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(n)]
-
-
-def assert_close(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape
-    cosine = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cosine.min() >= 0.99999
-    assert np.abs(got - want).max() <= 1e-5
 
 
 def dead_pid() -> int:
@@ -124,7 +99,7 @@ class Outcome:
 def test_device_killed_with_requests_in_flight(server: Server, probe_reference: np.ndarray) -> None:
     healthy(server)
     (device,) = server.roles()["device"]
-    body = {"items": [{"text": t} for t in long_texts(64, 180, seed=11)]}
+    body = {"items": [{"text": t} for t in random_texts(64, 180, seed=11)]}
     outcomes = [Outcome(0.0) for _ in range(4)]
 
     def send(outcome: Outcome) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -14,29 +13,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
-import numpy as np
 import pytest
 
 from sie.settings import Settings, env_name
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings
 from tests.integration.server import REPO, Server, cpu_seconds, shm_names, wait_until
+from tests.integration.texts import assert_close, random_texts
 from tests.integration.wire import decode, dense_matrix, encode
 
 pytestmark = pytest.mark.slow
-
-WORDS = ["protein", "cell", "gene", "cancer", "patients", "study", "results", "treatment", "risk", "mice"]
-
-
-def texts_for_load(n: int, words: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [f"{i} " + " ".join(rng.choice(WORDS) for _ in range(words)) for i in range(n)]
-
-
-def assert_close(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.shape == want.shape
-    cosine = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    assert cosine.min() >= 0.99999
-    assert np.abs(got - want).max() <= 1e-5
 
 
 # -- the CLI -------------------------------------------------------------------------------------------------
@@ -129,7 +114,7 @@ class Outcome:
 
 
 def test_sigterm_under_load_finishes_in_flight_and_exits_clean(server: Server) -> None:
-    texts = texts_for_load(16, 60, seed=21)
+    texts = random_texts(16, 60, seed=21, numbered=True)
     reference = reference_embeddings(texts, minilm_dir())
     (device,) = server.roles()["device"]
 
@@ -204,7 +189,7 @@ def test_request_sent_while_draining_is_turned_away_promptly() -> None:
     server = Server(frontends=1).wait_ready()
     try:
         (device,) = server.roles()["device"]
-        body = {"items": [{"text": t} for t in texts_for_load(16, 60, seed=22)]}
+        body = {"items": [{"text": t} for t in random_texts(16, 60, seed=22, numbered=True)]}
         busy_before = cpu_seconds(device)
         early = [
             threading.Thread(target=encode, args=(server.url, MINILM, body), kwargs={"as_json": False})
