@@ -1,0 +1,526 @@
+"""Load-test a sie server over HTTP and measure the raw model on the same texts, in one run.
+
+    python scripts/bench.py [--url URL | --frontends N] [--concurrency 32] [--items-per-request 1]
+                            [--words 10 40] [--requests N | --duration-s S] [--format msgpack|json]
+                            [--warmup 200] [--model ID] [--client raw|httpx] [--server-arg=--flag=value]
+
+Without `--url` the script starts `python -m sie serve` itself (free port, unique instance) and
+stops it at the end. The raw-model part runs while no server is running (before it starts), so
+the two never fight for cores; with `--url` the server is idle while it runs.
+
+Texts: chunks of MIN..MAX consecutive words cut from the SciFact corpus
+(`../shared/data/beir-scifact/corpus.jsonl`, fixed seed) when that file exists, else random words
+from a fixed vocabulary. Each request carries `--items-per-request` of them, cycling over a pool.
+
+The load generator is deliberately light, because it shares the cores with the server: by default
+a hand-written HTTP/1.1 keep-alive client on asyncio streams (one connection per concurrent
+worker, request bytes built before the run, only the status line and a few headers parsed).
+`--client httpx` uses httpx.AsyncClient instead, for comparison; it costs several times more CPU
+per request. `client_cpu_s` in the output is the load generator's own CPU time.
+
+Raw model: transformers AutoModel on the same weights, mean pooling + L2 normalisation,
+`torch.set_num_threads(available cores)`, the texts sorted by length in batches of 64
+(`raw_items_per_s`), and the median of single-sentence forwards (`raw_single_ms`, forward and
+pooling only; `raw_single_tokenize_ms` is the tokenizer call on top).
+
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+REPO = Path(__file__).resolve().parents[1]
+SCIFACT_CORPUS = REPO.parent / "shared" / "data" / "beir-scifact" / "corpus.jsonl"
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+VOCAB_TEXT = (
+    "the of and to in a is that for it as was with be by on not he this are or his from at which "
+    "but have an they you were her she there been one all we their has would when if so what no "
+    "protein cell gene cancer patients study results treatment risk increased mice human expression "
+    "levels analysis effect role disease clinical response model data time system network method"
+)
+HEADERS_OF_INTEREST = (b"x-queue-time", b"x-tokenization-time", b"x-inference-time", b"x-total-time")
+
+
+# ---------------------------------------------------------------------------------------------
+# texts
+
+
+def make_texts(n: int, min_words: int, max_words: int, seed: int = 0) -> tuple[list[str], str]:
+    rng = random.Random(seed)
+    if SCIFACT_CORPUS.exists():
+        words: list[str] = []
+        with SCIFACT_CORPUS.open() as fh:
+            for line in fh:
+                words.extend(json.loads(line)["text"].split())
+                if len(words) > 400_000:
+                    break
+        texts = []
+        for _ in range(n):
+            length = rng.randint(min_words, max_words)
+            start = rng.randrange(0, len(words) - length)
+            texts.append(" ".join(words[start : start + length]))
+        return texts, "scifact-corpus-chunks"
+    vocab = VOCAB_TEXT.split()
+    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(min_words, max_words))) for _ in range(n)]
+    return texts, "fixed-vocabulary"
+
+
+# ---------------------------------------------------------------------------------------------
+# raw model
+
+
+def measure_raw(model_id: str, texts: list[str], batch_size: int = 64, singles: int = 200) -> dict[str, Any]:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.settings import available_cores
+
+    config = load_catalog().get(model_id)
+    folder = resolve_weights_dir(config)
+    threads = available_cores()
+    torch.set_num_threads(threads)
+    tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    tokenizer.no_padding()  # MiniLM's tokenizer.json pads to 128 tokens
+    tokenizer.enable_truncation(config.max_sequence_length or 512)
+    model = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
+
+    def forward(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, dim=-1)
+
+    def batch_tensors(encodings: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(e.ids) for e in encodings)
+        ids = torch.zeros((len(encodings), width), dtype=torch.long)
+        mask = torch.zeros((len(encodings), width), dtype=torch.long)
+        for row, e in enumerate(encodings):
+            ids[row, : len(e.ids)] = torch.tensor(e.ids)
+            mask[row, : len(e.ids)] = 1
+        return ids, mask
+
+    with torch.inference_mode():
+        warm = [tokenizer.encode(t) for t in texts[:batch_size]]
+        for _ in range(3):
+            forward(*batch_tensors(warm))
+        start = time.perf_counter()
+        encodings = sorted(tokenizer.encode_batch(texts), key=lambda e: len(e.ids))
+        for i in range(0, len(encodings), batch_size):
+            forward(*batch_tensors(encodings[i : i + batch_size]))
+        batch_s = time.perf_counter() - start
+
+        forward_ms, tokenize_ms = [], []
+        for text in texts[: singles + 10]:
+            t0 = time.perf_counter()
+            encoding = tokenizer.encode(text)
+            t1 = time.perf_counter()
+            ids = torch.tensor([encoding.ids])
+            forward(ids, torch.ones_like(ids))
+            t2 = time.perf_counter()
+            tokenize_ms.append((t1 - t0) * 1e3)
+            forward_ms.append((t2 - t1) * 1e3)
+    tokens = sum(len(e.ids) for e in encodings)
+    return {
+        "raw_items_per_s": round(len(texts) / batch_s, 1),
+        "raw_batch_size": batch_size,
+        "raw_items": len(texts),
+        "raw_mean_tokens": round(tokens / len(texts), 1),
+        "raw_single_ms": round(statistics.median(forward_ms[10:]), 3),
+        "raw_single_tokenize_ms": round(statistics.median(tokenize_ms[10:]), 3),
+        "raw_torch_threads": threads,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# server lifecycle and process accounting
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, list[str], Path]:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "sie",
+        "serve",
+        "--port",
+        str(port),
+        "--instance",
+        "b" + uuid.uuid4().hex[:10],
+        "--frontends",
+        str(args.frontends),
+        "--device",
+        "cpu",
+        *args.server_arg,
+    ]
+    log_path = Path(f"/tmp/sie-bench-{port}.log")
+    process = subprocess.Popen(argv, cwd=REPO, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"server exited with {process.returncode}: see {log_path}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                    return process, url, argv[3:], log_path
+        except OSError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise SystemExit(f"server not ready after 120 s: see {log_path}")
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> int:
+    process.terminate()
+    try:
+        return process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def server_pids(supervisor: int) -> dict[int, str]:
+    """pid -> role ("device", "frontend", "supervisor") of the supervisor and its children."""
+    roles = {supervisor: "supervisor"}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != supervisor:
+                continue
+            cmd = Path(f"/proc/{entry}/cmdline").read_text().replace("\0", " ")
+        except (OSError, ValueError, IndexError):
+            continue
+        roles[int(entry)] = (
+            "device" if " _device " in cmd else "frontend" if " _frontend " in cmd else "other"
+        )
+    return roles
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+# load generator
+
+
+@dataclass
+class Stats:
+    done_s: list[float] = field(default_factory=list)  # perf_counter at each successful completion
+    latencies_ms: list[float] = field(default_factory=list)
+    items: list[int] = field(default_factory=list)
+    server_ms: dict[bytes, list[float]] = field(default_factory=lambda: {h: [] for h in HEADERS_OF_INTEREST})
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def window(self, start_s: float, end_s: float) -> Stats:
+        """Only the completions inside [start_s, end_s] (errors are kept as they are)."""
+        keep = [i for i, t in enumerate(self.done_s) if start_s <= t <= end_s]
+        return Stats(
+            done_s=[self.done_s[i] for i in keep],
+            latencies_ms=[self.latencies_ms[i] for i in keep],
+            items=[self.items[i] for i in keep],
+            server_ms={
+                h: [v[i] for i in keep] for h, v in self.server_ms.items() if len(v) == len(self.done_s)
+            },
+            errors=self.errors,
+        )
+
+
+def build_bodies(texts: list[str], items_per_request: int, fmt: str) -> list[bytes]:
+    bodies = []
+    for start in range(0, len(texts), items_per_request):
+        chunk = texts[start : start + items_per_request]
+        if len(chunk) < items_per_request:
+            break
+        body = {"items": [{"text": t} for t in chunk]}
+        bodies.append(json.dumps(body).encode() if fmt == "json" else msgpack.packb(body, use_bin_type=True))
+    return bodies
+
+
+class Schedule:
+    """Hands out request indices until the request count or the deadline runs out."""
+
+    def __init__(self, total: int | None, duration_s: float | None, warmup: int) -> None:
+        self.total, self.duration_s, self.warmup = total, duration_s, warmup
+        self.issued = 0
+        self.deadline = float("inf")
+        self.measure_start = 0.0
+
+    def next(self) -> int | None:
+        now = time.perf_counter()
+        if self.issued == self.warmup:
+            self.measure_start = now
+            if self.duration_s is not None:
+                self.deadline = now + self.duration_s
+        if now >= self.deadline or (self.total is not None and self.issued >= self.warmup + self.total):
+            return None
+        self.issued += 1
+        return self.issued - 1
+
+    def is_measured(self, index: int) -> bool:
+        # With a duration, every completion counts that lands inside the window (see run_load).
+        return self.duration_s is not None or index >= self.warmup
+
+
+async def raw_worker(
+    host: str, port: int, head: bytes, bodies: list[bytes], items: int, schedule: Schedule, stats: Stats
+) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while (index := schedule.next()) is not None:
+            body = bodies[index % len(bodies)]
+            t0 = time.perf_counter()
+            writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            status_line = await reader.readline()
+            headers: dict[bytes, bytes] = {}
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                headers[name.strip().lower()] = value.strip()
+            await reader.readexactly(int(headers.get(b"content-length", b"0")))
+            seconds = time.perf_counter() - t0
+            record(stats, schedule.is_measured(index), seconds, status_line[9:12], headers, items)
+            if headers.get(b"connection") == b"close":
+                writer.close()
+                reader, writer = await asyncio.open_connection(host, port)
+    finally:
+        writer.close()
+
+
+async def httpx_worker(
+    client: Any,
+    path: str,
+    headers: dict[str, str],
+    bodies: list[bytes],
+    items: int,
+    schedule: Schedule,
+    stats: Stats,
+) -> None:
+    while (index := schedule.next()) is not None:
+        t0 = time.perf_counter()
+        response = await client.post(path, content=bodies[index % len(bodies)], headers=headers)
+        raw_headers = {k.lower(): v for k, v in response.headers.raw}
+        status = str(response.status_code).encode()
+        record(stats, schedule.is_measured(index), time.perf_counter() - t0, status, raw_headers, items)
+
+
+def record(
+    stats: Stats, measured: bool, seconds: float, status: bytes, headers: dict[bytes, bytes], items: int
+) -> None:
+    if not measured:
+        return
+    if status != b"200":
+        stats.error(status.decode(errors="replace"))
+        return
+    stats.done_s.append(time.perf_counter())
+    stats.latencies_ms.append(seconds * 1e3)
+    stats.items.append(items)
+    for name in HEADERS_OF_INTEREST:
+        stats.server_ms[name].append(float(headers.get(name, b"nan")))
+
+
+async def run_load(url: str, args: argparse.Namespace, bodies: list[bytes]) -> tuple[Stats, float]:
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    path = f"/v1/encode/{args.model}"
+    mime = "application/json" if args.format == "json" else "application/msgpack"
+    schedule = Schedule(args.requests, args.duration_s, args.warmup)
+    stats = Stats()
+    if args.client == "raw":
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {mime}\r\naccept: {mime}\r\n"
+            "content-length: "
+        ).encode()
+        jobs = [
+            raw_worker(host, int(port), head, bodies, args.items_per_request, schedule, stats)
+            for _ in range(args.concurrency)
+        ]
+        await asyncio.gather(*jobs)
+    else:
+        import httpx
+
+        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+        headers = {"content-type": mime, "accept": mime}
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
+            jobs = [
+                httpx_worker(client, path, headers, bodies, args.items_per_request, schedule, stats)
+                for _ in range(args.concurrency)
+            ]
+            await asyncio.gather(*jobs)
+    if args.duration_s is not None:
+        # Count what completed inside the window: requests still in flight from the warm-up at its
+        # start and the ones finishing after its end would otherwise skew the rate.
+        return stats.window(schedule.measure_start, schedule.deadline), args.duration_s
+    return stats, time.perf_counter() - schedule.measure_start
+
+
+def check_first_response(url: str, args: argparse.Namespace, text: str) -> None:
+    import httpx
+
+    response = httpx.post(
+        f"{url}/v1/encode/{args.model}",
+        json={"items": [{"text": text}]},
+        headers={"accept": "application/json"},
+        timeout=300,
+    )
+    if response.status_code != 200:
+        raise SystemExit(f"server answered {response.status_code}: {response.text[:500]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def summarize(stats: Stats, elapsed_s: float) -> dict[str, Any]:
+    lat = stats.latencies_ms
+    out: dict[str, Any] = {
+        "items_per_s": round(sum(stats.items) / elapsed_s, 1),
+        "requests_per_s": round(len(lat) / elapsed_s, 1),
+        "p50_ms": round(percentile(lat, 50), 3),
+        "p90_ms": round(percentile(lat, 90), 3),
+        "p99_ms": round(percentile(lat, 99), 3),
+        "mean_ms": round(statistics.fmean(lat), 3) if lat else None,
+        "requests": len(lat),
+        "errors": sum(stats.errors.values()),
+        "errors_by_status": stats.errors,
+        "elapsed_s": round(elapsed_s, 2),
+    }
+    for name, values in stats.server_ms.items():
+        key = name.decode()[2:].replace("-time", "") + "_p50_ms"
+        values = [v for v in values if v == v]  # drop NaN: header missing
+        out["server_" + key.replace("-", "_")] = round(percentile(values, 50), 3) if values else None
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", help="an already running server (default: start one)")
+    parser.add_argument("--frontends", type=int, default=2, help="frontends of the server this script starts")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra argument for `python -m sie serve` (repeat; use --server-arg=--flag=v)",
+    )
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--items-per-request", type=int, default=1)
+    parser.add_argument("--words", type=int, nargs=2, default=(10, 40), metavar=("MIN", "MAX"))
+    parser.add_argument("--requests", type=int, help="measured requests (default: --duration-s 20)")
+    parser.add_argument("--duration-s", type=float)
+    parser.add_argument("--warmup", type=int, default=200, help="requests sent before measuring")
+    parser.add_argument("--format", choices=("msgpack", "json"), default="msgpack")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--client", choices=("raw", "httpx"), default="raw")
+    parser.add_argument(
+        "--pool", type=int, default=2048, help="distinct texts (also what the raw model encodes)"
+    )
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw-model measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.requests is None and args.duration_s is None:
+        args.duration_s = 20.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    texts, source = make_texts(args.pool, *args.words, seed=args.seed)
+    bodies = build_bodies(texts, args.items_per_request, args.format)
+    result: dict[str, Any] = {
+        "texts": source,
+        "words": list(args.words),
+        "cores": len(os.sched_getaffinity(0)),
+    }
+    if not args.no_raw:
+        print("measuring the raw model (no server running) ...", file=sys.stderr)
+        result.update(measure_raw(args.model, texts))
+        print(json.dumps(result), file=sys.stderr)
+    process, url, server_argv, log_path = (None, args.url, None, None)
+    if url is None:
+        process, url, server_argv, log_path = start_server(args)
+    try:
+        check_first_response(url, args, texts[0])
+        pids = server_pids(process.pid) if process else {}
+        cpu_before = {pid: cpu_seconds(pid) for pid in pids}
+        client_cpu = time.process_time()
+        load_before = os.getloadavg()[0]
+        load_wall_s = time.perf_counter()
+        stats, elapsed = asyncio.run(run_load(url, args, bodies))
+        load_wall_s = time.perf_counter() - load_wall_s
+        client_cpu = time.process_time() - client_cpu
+        cpu = {role: 0.0 for role in set(pids.values())}
+        for pid, role in pids.items():
+            cpu[role] += cpu_seconds(pid) - cpu_before[pid]
+    finally:
+        code = stop_server(process) if process else None
+    result.update(summarize(stats, elapsed))
+    if "raw_items_per_s" in result:
+        result["ratio"] = round(result["items_per_s"] / result["raw_items_per_s"], 3)
+        result["p50_minus_raw_single_ms"] = round(result["p50_ms"] - result["raw_single_ms"], 3)
+    result.update(
+        {
+            "concurrency": args.concurrency,
+            "items_per_request": args.items_per_request,
+            "format": args.format,
+            "client": args.client,
+            "client_cpu_s": round(client_cpu, 2),
+            "server_cpu_s": {role: round(seconds, 2) for role, seconds in sorted(cpu.items())},
+            "server_cpu_util": {role: round(sec / load_wall_s, 2) for role, sec in sorted(cpu.items())},
+            "loadavg_1m_before": round(load_before, 2),
+            "model": args.model,
+            "url": url,
+            "server": {
+                "argv": server_argv,
+                "frontends": args.frontends if process else None,
+                "exit_code": code,
+                "log": str(log_path) if log_path else None,
+            },
+        }
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""BEIR SciFact (test split) nDCG@10 through a sie server, over HTTP.
+
+    python scripts/eval_scifact.py [--url URL | --frontends N] [--model ID] [--batch 32]
+                                   [--parallel 4] [--data DIR] [--server-arg=--flag=value]
+
+Documents are embedded as `title + " " + text`, queries as their text (is_query, no instruction),
+and each of the 300 test queries that have qrels is ranked against the whole corpus by dot product
+(the vectors come back L2-normalised, so this is cosine similarity). nDCG@10 uses the standard
+formula: gain = the qrel relevance, discount 1/log2(rank + 1), ideal DCG from the query's qrels
+(as pytrec_eval, which BEIR and MTEB use). The published MTEB score of all-MiniLM-L6-v2 is 0.6451.
+
+Without `--url` the script starts `python -m sie serve` itself and stops it at the end.
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "beir-scifact"
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MSGPACK = "application/msgpack"
+MTEB_NDCG_AT_10 = 0.6451
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def load_scifact(data: Path) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """(documents id -> text, test queries id -> text, qrels query -> {doc: relevance})."""
+    qrels: dict[str, dict[str, int]] = {}
+    with (data / "qrels" / "test.tsv").open() as fh:
+        next(fh)  # header: query-id corpus-id score
+        for line in fh:
+            query_id, doc_id, score = line.rstrip("\n").split("\t")
+            qrels.setdefault(query_id, {})[doc_id] = int(score)
+    documents = {}
+    with (data / "corpus.jsonl").open() as fh:
+        for line in fh:
+            doc = json.loads(line)
+            documents[doc["_id"]] = (doc["title"] + " " + doc["text"]).strip()
+    queries = {}
+    with (data / "queries.jsonl").open() as fh:
+        for line in fh:
+            query = json.loads(line)
+            if query["_id"] in qrels:
+                queries[query["_id"]] = query["text"]
+    return documents, queries, qrels
+
+
+# ---------------------------------------------------------------------------------------------
+# metric
+
+
+def ndcg_at_k(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
+    dcg = sum(relevant.get(doc, 0) / np.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(gain / np.log2(rank + 2) for rank, gain in enumerate(ideal))
+    return float(dcg / idcg) if idcg > 0 else 0.0
+
+
+def evaluate(
+    doc_ids: list[str],
+    doc_vectors: np.ndarray,
+    query_ids: list[str],
+    query_vectors: np.ndarray,
+    qrels: dict[str, dict[str, int]],
+    k: int = 10,
+) -> float:
+    scores = query_vectors @ doc_vectors.T
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    per_query = [ndcg_at_k([doc_ids[j] for j in top[i]], qrels[qid], k) for i, qid in enumerate(query_ids)]
+    return float(np.mean(per_query))
+
+
+# ---------------------------------------------------------------------------------------------
+# embedding over HTTP
+
+
+def _array(obj: Any) -> np.ndarray:
+    if isinstance(obj, dict) and obj.get(b"nd") is True:
+        return np.frombuffer(obj[b"data"], np.dtype(obj[b"type"])).reshape(obj[b"shape"])
+    return np.asarray(obj, np.float32)
+
+
+async def _encode_batch(
+    client: httpx.AsyncClient, model: str, texts: list[str], is_query: bool
+) -> np.ndarray:
+    body = {"items": [{"text": t} for t in texts], "params": {"options": {"is_query": is_query}}}
+    for _attempt in range(120):
+        response = await client.post(f"/v1/encode/{model}", content=msgpack.packb(body, use_bin_type=True))
+        if response.status_code == 503 and "retry-after" in response.headers:
+            await asyncio.sleep(float(response.headers["retry-after"]))
+            continue
+        response.raise_for_status()
+        payload = msgpack.unpackb(response.content, raw=False)
+        return np.stack([_array(item["dense"]["values"]) for item in payload["items"]]).astype(np.float32)
+    raise RuntimeError("server kept answering 503")
+
+
+async def embed(
+    url: str, model: str, texts: list[str], *, is_query: bool, batch: int, parallel: int
+) -> np.ndarray:
+    """Embed `texts` in order; batches are sorted by length and `parallel` of them are in flight."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chunks = [order[i : i + batch] for i in range(0, len(order), batch)]
+    out = np.zeros((len(texts), 0), np.float32)
+    gate = asyncio.Semaphore(parallel)
+    headers = {"content-type": MSGPACK, "accept": MSGPACK}
+    limits = httpx.Limits(max_connections=parallel, max_keepalive_connections=parallel)
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=600) as client:
+
+        async def one(chunk: list[int]) -> np.ndarray:
+            async with gate:
+                return await _encode_batch(client, model, [texts[i] for i in chunk], is_query)
+
+        results = await asyncio.gather(*(one(chunk) for chunk in chunks))
+    out = np.zeros((len(texts), results[0].shape[1]), np.float32)
+    for chunk, vectors in zip(chunks, results, strict=True):
+        out[chunk] = vectors
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# server lifecycle
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(frontends: int, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "sie",
+        "serve",
+        "--port",
+        str(port),
+        "--instance",
+        "e" + uuid.uuid4().hex[:10],
+        "--frontends",
+        str(frontends),
+        "--device",
+        "cpu",
+        *extra,
+    ]
+    log_path = Path(f"/tmp/sie-eval-{port}.log")
+    process = subprocess.Popen(argv, cwd=REPO, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}: see {log_path}")
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"server not ready after 120 s: see {log_path}")
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> int:
+    process.terminate()
+    try:
+        return process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# main
+
+
+def run_eval(
+    url: str, model: str, data: Path = DEFAULT_DATA, batch: int = 32, parallel: int = 4
+) -> dict[str, Any]:
+    documents, queries, qrels = load_scifact(data)
+    doc_ids, query_ids = list(documents), list(queries)
+    start = time.perf_counter()
+    doc_vectors = asyncio.run(
+        embed(url, model, list(documents.values()), is_query=False, batch=batch, parallel=parallel)
+    )
+    docs_s = time.perf_counter() - start
+    query_vectors = asyncio.run(
+        embed(url, model, list(queries.values()), is_query=True, batch=batch, parallel=parallel)
+    )
+    queries_s = time.perf_counter() - start - docs_s
+    ndcg = evaluate(doc_ids, doc_vectors, query_ids, query_vectors, qrels)
+    return {
+        "ndcg_at_10": round(ndcg, 5),
+        "mteb_ndcg_at_10": MTEB_NDCG_AT_10,
+        "diff": round(ndcg - MTEB_NDCG_AT_10, 5),
+        "documents": len(doc_ids),
+        "queries": len(query_ids),
+        "docs_s": round(docs_s, 2),
+        "docs_per_s": round(len(doc_ids) / docs_s, 1),
+        "queries_s": round(queries_s, 2),
+        "model": model,
+        "batch": batch,
+        "parallel": parallel,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", help="an already running server (default: start one)")
+    parser.add_argument("--frontends", type=int, default=2)
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="extra `sie serve` argument (repeat)"
+    )
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--batch", type=int, default=32, help="items per request")
+    parser.add_argument("--parallel", type=int, default=4, help="requests in flight")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    args = parser.parse_args(argv)
+    process, url = (None, args.url) if args.url else start_server(args.frontends, args.server_arg)
+    start = time.perf_counter()
+    try:
+        result = run_eval(url, args.model, args.data, args.batch, args.parallel)
+    finally:
+        code = stop_server(process) if process else None
+    result["total_s"] = round(time.perf_counter() - start, 2)
+    result["server_exit_code"] = code
+    print(
+        f"SciFact test nDCG@10 = {result['ndcg_at_10']:.5f} (MTEB {MTEB_NDCG_AT_10}) in {result['total_s']} s"
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

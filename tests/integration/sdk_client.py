@@ -1,0 +1,80 @@
+"""Drive the real `sie-sdk` client against a server; run by the SDK's own Python (.venv-sdk).
+
+    .venv-sdk/bin/python tests/integration/sdk_client.py URL < actions.json
+
+`actions.json` is a JSON list of `{"op": "encode"|"list_models"|"get_model", ...}`; an encode
+action has `model`, `items` (one item or a list) and optional `kwargs` for `SIEClient.encode`.
+Prints one JSON list to stdout, one entry per action: `{"ok": true, "result": ..., "retries": n,
+"elapsed_s": s}` or `{"ok": false, "error": {"type", "types", "code", "status_code", "message"}}`.
+numpy arrays become `{"dtype": str, "shape": [...], "values": [...]}`.
+
+This file runs under Python 3.12 with only sie-sdk installed: it must not import sie or tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from sie_sdk import SIEClient
+
+
+def to_json(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"dtype": value.dtype.str, "shape": list(value.shape), "values": value.tolist()}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    return repr(value)
+
+
+def run_action(client: SIEClient, action: dict[str, Any]) -> Any:
+    op = action["op"]
+    if op == "encode":
+        return client.encode(action["model"], action["items"], **action.get("kwargs", {}))
+    if op == "list_models":
+        return client.list_models()
+    if op == "get_model":
+        return client.get_model(action["model"])
+    raise ValueError(f"unknown op {op!r}")
+
+
+def main() -> int:
+    url = sys.argv[1]
+    actions = json.load(sys.stdin)
+    out = []
+    with SIEClient(url, timeout_s=120) as client:
+        for action in actions:
+            start = time.monotonic()
+            try:
+                result = run_action(client, action)
+                entry = {"ok": True, "result": to_json(result)}
+            except Exception as exc:
+                entry = {
+                    "ok": False,
+                    "error": {
+                        "type": type(exc).__name__,
+                        "types": [cls.__name__ for cls in type(exc).__mro__],
+                        "code": getattr(exc, "code", None),
+                        "status_code": getattr(exc, "status_code", None),
+                        "message": str(exc),
+                    },
+                }
+            if action["op"] == "encode":  # the SDK resets its retry count per encode call
+                entry["retries"] = client.last_retry_count
+            entry["elapsed_s"] = round(time.monotonic() - start, 3)
+            out.append(entry)
+    json.dump(out, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
