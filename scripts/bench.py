@@ -33,17 +33,15 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
+from _server import start_server, stop_server  # scripts/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_CORPUS = REPO.parent / "shared" / "data" / "beir-scifact" / "corpus.jsonl"
@@ -151,57 +149,6 @@ def measure_raw(model_id: str, texts: list[str], batch_size: int = 64, singles: 
 
 # ---------------------------------------------------------------------------------------------
 # server lifecycle and process accounting
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, list[str], Path]:
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "sie",
-        "serve",
-        "--port",
-        str(port),
-        "--instance",
-        "b" + uuid.uuid4().hex[:10],
-        "--frontends",
-        str(args.frontends),
-        "--device",
-        "cpu",
-        *args.server_arg,
-    ]
-    log_path = Path(f"/tmp/sie-bench-{port}.log")
-    process = subprocess.Popen(argv, cwd=REPO, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server exited with {process.returncode}: see {log_path}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                sock.sendall(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-                if sock.recv(64).startswith(b"HTTP/1.1 200"):
-                    return process, url, argv[3:], log_path
-        except OSError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise SystemExit(f"server not ready after 120 s: see {log_path}")
-
-
-def stop_server(process: subprocess.Popen[bytes]) -> int:
-    process.terminate()
-    try:
-        return process.wait(60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait()
 
 
 def server_pids(supervisor: int) -> dict[int, str]:
@@ -478,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), file=sys.stderr)
     process, url, server_argv, log_path = (None, args.url, None, None)
     if url is None:
-        process, url, server_argv, log_path = start_server(args)
+        process, url, server_argv, log_path = start_server(args.frontends, args.server_arg, "bench")
     try:
         check_first_response(url, args, texts[0])
         pids = server_pids(process.pid) if process else {}

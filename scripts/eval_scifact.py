@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import msgpack
 import numpy as np
+from _server import start_server, stop_server  # scripts/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "beir-scifact"
@@ -140,55 +138,6 @@ async def embed(
 # server lifecycle
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(frontends: int, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "sie",
-        "serve",
-        "--port",
-        str(port),
-        "--instance",
-        "e" + uuid.uuid4().hex[:10],
-        "--frontends",
-        str(frontends),
-        "--device",
-        "cpu",
-        *extra,
-    ]
-    log_path = Path(f"/tmp/sie-eval-{port}.log")
-    process = subprocess.Popen(argv, cwd=REPO, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}: see {log_path}")
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"server not ready after 120 s: see {log_path}")
-
-
-def stop_server(process: subprocess.Popen[bytes]) -> int:
-    process.terminate()
-    try:
-        return process.wait(60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait()
-
-
 # ---------------------------------------------------------------------------------------------
 # main
 
@@ -237,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args(argv)
-    process, url = (None, args.url) if args.url else start_server(args.frontends, args.server_arg)
+    process, url = (None, args.url) if args.url else start_server(args.frontends, args.server_arg, "eval")[:2]
     start = time.perf_counter()
     try:
         result = run_eval(url, args.model, args.data, args.batch, args.parallel)

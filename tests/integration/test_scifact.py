@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import ModuleType
 
 import pytest
@@ -15,6 +16,8 @@ SCRIPT = REPO / "scripts" / "eval_scifact.py"
 
 
 def load_script() -> ModuleType:
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))  # as when run as `python scripts/eval_scifact.py`
     spec = importlib.util.spec_from_file_location("eval_scifact", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,59 @@
+"""Start and stop a throwaway `python -m sie serve` for the scripts in this folder."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(
+    frontends: int, extra: list[str], tag: str
+) -> tuple[subprocess.Popen[bytes], str, list[str], Path]:
+    """A server on a free port with a unique instance name; returns once /readyz answers 200."""
+    port = free_port()
+    instance = tag + uuid.uuid4().hex[:10]
+    argv = [sys.executable, "-m", "sie", "serve", "--port", str(port), "--instance", instance,
+            "--frontends", str(frontends), "--device", "cpu", *extra]  # fmt: skip
+    log_path = Path(f"/tmp/sie-{tag}-{port}.log")
+    process = subprocess.Popen(argv, cwd=REPO, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"server exited with {process.returncode}: see {log_path}")
+        if _is_ready(port):
+            return process, f"http://127.0.0.1:{port}", argv[3:], log_path
+        time.sleep(0.2)
+    process.kill()
+    raise SystemExit(f"server not ready after {START_TIMEOUT_S:.0f} s: see {log_path}")
+
+
+def _is_ready(port: int) -> bool:
+    # A raw request: the scripts measure CPU, and an HTTP client import per probe is not free.
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            return sock.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> int:
+    process.terminate()
+    try:
+        return process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
