@@ -193,11 +193,7 @@ class DeviceClient:
         up = self._up_devices()
         if not up:
             raise DeviceUnavailable("No device is available; retry shortly")
-        loaded = lambda d: sum(  # noqa: E731
-            self.control.model_state(d, s) != ModelState.AVAILABLE
-            for s in range(self.control.models.shape[1])
-        )
-        device = min(up, key=loaded)
+        device = min(up, key=self._models_held)
         order = TokenBatch(
             req_id=next(self._ids),
             op=Op.LOAD_MODEL,
@@ -206,6 +202,10 @@ class DeviceClient:
             input_ids=np.zeros(0, np.int32),
         )
         self._push(self._link(device), [encode_request(order)])
+
+    def _models_held(self, device: int) -> int:
+        states = self.control.models["state"][device]
+        return int(np.count_nonzero(states != ModelState.AVAILABLE))
 
     async def encode(self, batch: TokenBatch) -> DenseResult:
         """Submit one request's tokens; resolve with its vectors in request order."""
