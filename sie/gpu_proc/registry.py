@@ -59,11 +59,6 @@ class Registry:
         self.control.set_model_state(self.device_index, slot, ModelState.LOADING)
         self._executor.submit(self._load, slot)
 
-    def load_now(self, slot: int) -> None:
-        """Load on the calling thread (preloads at start, before the device reports UP)."""
-        self.control.set_model_state(self.device_index, slot, ModelState.LOADING)
-        self._load(slot)
-
     def _load(self, slot: int) -> None:
         config = self.catalog.models[slot]
         started = time.monotonic()

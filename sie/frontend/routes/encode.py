@@ -18,6 +18,7 @@ from sie.frontend.wire import (
     EncodeParams,
     EncodeRequest,
     decode_body,
+    output_dtype_of,
     validate_encode,
     wants_json,
 )
@@ -47,7 +48,7 @@ async def encode(request: Request) -> Response:
     ]
     embedded = await embed(state, name, texts, profile=options.profile, normalize=options.normalize)
     post_started = time.perf_counter()
-    output_dtype = params.output_dtype or "float32"
+    output_dtype = output_dtype_of(req)
     values = apply_output_dtype(embedded.values, output_dtype)
     as_json = wants_json(request.headers.get("accept"))
     postprocessing_ms = (time.perf_counter() - post_started) * 1000
