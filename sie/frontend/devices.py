@@ -23,11 +23,13 @@ from sie.errors import (
     DeviceUnavailable,
     InferenceError,
     InputTooLong,
+    InvalidInput,
     ModelLoading,
     QueueFull,
     ResourceExhausted,
     SieError,
 )
+from sie.frontend.results import ResultAssembler, Results
 from sie.shm.control import ControlBlock, DeviceState, ModelState
 from sie.shm.doorbell import Doorbell, EventFd
 from sie.shm.layout import (
@@ -47,22 +49,11 @@ log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.1
 
 
-@dataclass(frozen=True, slots=True)
-class DenseResult:
-    values: np.ndarray  # float32 [n_items, dim], request order
-    queue_ms: float
-    inference_ms: float
-
-
 @dataclass(slots=True)
 class PendingRequest:
-    future: asyncio.Future[DenseResult]
+    future: asyncio.Future[Results]
     device: int
-    n_items: int
-    values: np.ndarray | None = None
-    filled: int = 0
-    queue_us: int = 0
-    infer_us: int = 0
+    assembler: ResultAssembler
 
     def fail(self, error: SieError) -> None:
         if not self.future.done():
@@ -72,14 +63,9 @@ class PendingRequest:
         if block.status != Status.OK:
             self.fail(_status_error(block))
             return
-        if self.values is None:
-            self.values = np.empty((self.n_items, block.values.shape[1]), np.float32)
-        self.values[block.item_index] = block.values
-        self.filled += block.n_items
-        self.queue_us = max(self.queue_us, block.queue_us)
-        self.infer_us += block.infer_us
-        if self.filled >= self.n_items and not self.future.done():
-            self.future.set_result(DenseResult(self.values, self.queue_us / 1000, self.infer_us / 1000))
+        self.assembler.add(block)
+        if self.assembler.is_complete and not self.future.done():
+            self.future.set_result(self.assembler.results())
 
 
 def _status_error(block: ResultBlock) -> SieError:
@@ -89,6 +75,8 @@ def _status_error(block: ResultBlock) -> SieError:
         return ModelLoading("Model is loading; retry shortly")
     if block.status == Status.OUT_OF_MEMORY:
         return ResourceExhausted(f"Out of device memory: {block.message}")
+    if block.status == Status.INVALID:
+        return InvalidInput(block.message or "the model cannot serve this request")
     return InferenceError(block.message or f"device answered {Status(block.status).name}")
 
 
@@ -118,7 +106,7 @@ class Devices(Protocol):
     def model_error(self, slot: int) -> str: ...
     def is_ready(self, preload_slots: list[int]) -> bool: ...
     def request_load(self, slot: int) -> None: ...
-    async def encode(self, batch: TokenBatch) -> DenseResult: ...
+    async def submit(self, batch: TokenBatch) -> Results: ...
 
 
 class DeviceClient:
@@ -207,14 +195,15 @@ class DeviceClient:
         states = self.control.models["state"][device]
         return int(np.count_nonzero(states != ModelState.AVAILABLE))
 
-    async def encode(self, batch: TokenBatch) -> DenseResult:
-        """Submit one request's tokens; resolve with its vectors in request order."""
+    async def submit(self, batch: TokenBatch) -> Results:
+        """Submit one request's tokens; resolve with every kind its output mask asks for."""
         device = self._pick_device(batch.model_slot)
         link = self._link(device)
         req_id = next(self._ids)
         payloads = [encode_request(chunk) for chunk in _chunks(batch, req_id, link)]
-        future: asyncio.Future[DenseResult] = asyncio.get_running_loop().create_future()
-        self.pending[req_id] = PendingRequest(future, device, batch.n_items)
+        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
+        assembler = ResultAssembler(batch.n_items, batch.output_mask)
+        self.pending[req_id] = PendingRequest(future, device, assembler)
         link.pending.add(req_id)
         try:
             self._push(link, payloads)
@@ -306,7 +295,7 @@ class DeviceClient:
 def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch]:
     """Split a request whose message would not fit comfortably in the ring into item runs."""
     limit = link.requests.max_payload_bytes // 2
-    has_types = batch.token_type_ids is not None
+    has_types, has_aux, flags = batch.token_type_ids is not None, batch.aux is not None, batch.flags
     chunks: list[TokenBatch] = []
     start, n = 0, batch.n_items
     submit_ns = time.monotonic_ns()
@@ -314,7 +303,7 @@ def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch
         end = start + 1
         while (
             end < n
-            and request_nbytes(end + 1 - start, int(batch.offsets[end + 1] - batch.offsets[start]), has_types)
+            and request_nbytes(end + 1 - start, int(batch.offsets[end + 1] - batch.offsets[start]), flags)
             <= limit
         ):
             end += 1
@@ -327,6 +316,8 @@ def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch
                 offsets=batch.offsets[start : end + 1] - lo,
                 input_ids=batch.input_ids[lo:hi],
                 token_type_ids=batch.token_type_ids[lo:hi] if has_types else None,
+                aux=batch.aux[lo:hi] if has_aux else None,
+                is_query=batch.is_query,
                 item_base=start,
                 output_mask=batch.output_mask,
                 config_key=batch.config_key,

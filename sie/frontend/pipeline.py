@@ -16,7 +16,7 @@ from sie.errors import InputTooLong, InvalidInput, ModelLoadFailed, ModelLoading
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.state import FrontendState
 from sie.shm.control import ModelState
-from sie.shm.layout import Op, OutputMask, TokenBatch
+from sie.shm.layout import Op, OutputMask, ResultKind, TokenBatch
 
 # Tokenizing a large request takes long enough to stall other connections; above this many
 # items it runs on a worker thread (the Rust tokenizer releases the GIL).
@@ -85,9 +85,10 @@ async def embed(
         output_mask=OutputMask.DENSE,
         config_key=zlib.crc32(profile_name.encode()),
     )
-    result = await state.devices.encode(batch)
+    result = await state.devices.submit(batch)
     should_normalize = config.profile(profile).adapter_options.runtime.normalize
     if normalize is not None:
         should_normalize = normalize
-    values = l2_normalize(result.values) if should_normalize else result.values
+    dense = result.rows[ResultKind.DENSE]
+    values = l2_normalize(dense) if should_normalize else dense
     return Embedded(values, encoded.n_tokens, tokenization_ms, result.queue_ms, result.inference_ms)

@@ -56,6 +56,7 @@ class Encoded:
     input_ids: np.ndarray  # int32[n_tokens]
     token_type_ids: np.ndarray | None  # int8[n_tokens]; None when every type id is 0
     n_tokens: int
+    aux: np.ndarray | None = None  # int32[n_tokens] per-token extra input (see sie.shm.layout)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -78,6 +79,11 @@ class TextTokenizer:
         self._probe.no_truncation()
         self._char_budget = max_length * CHARS_PER_TOKEN_GUESS
         self._single_has_types = any(self._tokenizer.encode("a").type_ids)
+
+    @property
+    def raw(self) -> Tokenizer:
+        """The underlying `tokenizers.Tokenizer` (truncating at max_length, no padding)."""
+        return self._tokenizer
 
     def encode(self, texts: Sequence[str]) -> Encoded:
         """Tokenize single texts (embedding inputs)."""

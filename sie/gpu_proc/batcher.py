@@ -17,8 +17,8 @@ import numpy as np
 
 from sie.shm.layout import TokenBatch
 
-# (model_slot, op, output_mask, config_key): items share a batch only when all four are equal.
-GroupKey = tuple[int, int, int, int]
+# (model_slot, op, output_mask, config_key, is_query): items share a batch only when all are equal.
+GroupKey = tuple[int, int, int, int, int]
 
 
 @dataclass(slots=True)
@@ -30,6 +30,7 @@ class PendingItem:
     token_type_ids: np.ndarray | None  # int8 view, or None
     enqueued_s: float  # monotonic seconds when it entered the batcher
     submit_ns: int  # frontend's time.monotonic_ns() at submit, for queue time
+    aux: np.ndarray | None = None  # int32 view of the per-token aux section, or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,14 @@ class Batch:
     @property
     def model_slot(self) -> int:
         return self.key[0]
+
+    @property
+    def output_mask(self) -> int:
+        return self.key[2]
+
+    @property
+    def is_query(self) -> bool:
+        return bool(self.key[4])
 
 
 class _Group:
@@ -89,12 +98,18 @@ class Batcher:
             return False
         if n_items == 0:
             return True
-        key: GroupKey = (slot, int(batch.op), int(batch.output_mask), int(batch.config_key))
+        key: GroupKey = (
+            slot,
+            int(batch.op),
+            int(batch.output_mask),
+            int(batch.config_key),
+            int(batch.is_query),
+        )
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
         offsets = batch.offsets.tolist()  # Python ints: much faster to slice with than numpy scalars
-        ids, types = batch.input_ids, batch.token_type_ids
+        ids, types, aux = batch.input_ids, batch.token_type_ids, batch.aux
         for i in range(n_items):
             start, end = offsets[i], offsets[i + 1]
             group.items.append(
@@ -106,6 +121,7 @@ class Batcher:
                     token_type_ids=None if types is None else types[start:end],
                     enqueued_s=now,
                     submit_ns=batch.submit_ns,
+                    aux=None if aux is None else aux[start:end],
                 )
             )
         group.n_tokens += offsets[n_items] - offsets[0]

@@ -15,12 +15,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from sie.gpu_proc.batcher import Batch
+from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
-from sie.shm.layout import Status
+from sie.shm.layout import ResultKind, Status
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Finished:
     batch: Batch
-    values: np.ndarray | None
+    outputs: dict[ResultKind, Output] | None
     status: Status
     message: str
     started_ns: int
@@ -72,13 +71,13 @@ class InferenceThread:
         if adapter is None:
             return Finished(batch, None, Status.MODEL_NOT_LOADED, "model is not loaded", started, started)
         try:
-            values = self._runner.run_dense(adapter, batch)
+            outputs = self._runner.run(adapter, batch)
         except Exception as exc:
             status = Status.OUT_OF_MEMORY if _is_out_of_memory(exc) else Status.INFERENCE_ERROR
             log.exception("batch failed", extra={"status": status.name, "items": len(batch.items)})
             _release_cached_memory()
             return Finished(batch, None, status, f"{type(exc).__name__}: {exc}", started, time.monotonic_ns())
-        return Finished(batch, values, Status.OK, "", started, time.monotonic_ns())
+        return Finished(batch, outputs, Status.OK, "", started, time.monotonic_ns())
 
 
 def _is_out_of_memory(exc: Exception) -> bool:

@@ -24,11 +24,11 @@ from sie.shm.layout import (
     LayoutError,
     Op,
     ResultBlock,
-    ResultKind,
     Status,
     decode_request,
     encode_result,
     error_result,
+    kinds_of,
 )
 from sie.shm.names import Namespace
 from sie.shm.ring import Ring, RingMissing
@@ -162,13 +162,16 @@ class DeviceLoop:
         if request.op == Op.LOAD_MODEL:
             self.registry.request_load(slot)
             return
-        if self.registry.get(slot) is None:
+        adapter = self.registry.get(slot)
+        if adapter is None:
             if self.registry.state(slot) == ModelState.AVAILABLE:
                 self.registry.request_load(slot)
             self._send(pair, error_result(request.req_id, Status.MODEL_NOT_LOADED, "model is not loaded"))
             return
-        if request.op != Op.ENCODE:
-            self._send(pair, error_result(request.req_id, Status.INVALID, f"{request.op.name} unsupported"))
+        wanted = kinds_of(request.output_mask)
+        if not wanted or not set(wanted) <= adapter.kinds:
+            asked = ", ".join(k.name for k in wanted) or "nothing"
+            self._send(pair, error_result(request.req_id, Status.INVALID, f"model cannot produce {asked}"))
             return
         if not self.batcher.try_add(request, pair.frontend, now):
             self._send(pair, error_result(request.req_id, Status.QUEUE_FULL, "model queue is full"))
@@ -224,33 +227,34 @@ def _tag_of(payload: np.ndarray) -> int:
 
 
 def _result_blocks(done: Finished) -> list[tuple[int, ResultBlock]]:
-    """Split a finished batch into one result message per (frontend, request)."""
+    """Split a finished batch into one result message per (frontend, request, result kind)."""
     rows: dict[tuple[int, int], list[int]] = defaultdict(list)
     for row, item in enumerate(done.batch.items):
         rows[(item.source, item.req_id)].append(row)
-    if done.values is None:
+    if done.outputs is None:
         return [(src, error_result(req_id, done.status, done.message)) for src, req_id in rows]
     batch: Batch = done.batch
-    infer_us = (done.finished_ns - done.started_ns) // 1000
+    infer_us = min((done.finished_ns - done.started_ns) // 1000, 2**32 - 1)
     blocks = []
     for (source, req_id), picked in rows.items():
         items = [batch.items[r] for r in picked]
-        queue_us = max(0, (done.started_ns - min(i.submit_ns for i in items)) // 1000)
-        blocks.append(
-            (
-                source,
-                ResultBlock(
-                    req_id=req_id,
-                    kind=ResultKind.DENSE,
-                    item_index=np.fromiter((i.item_index for i in items), np.int32, len(items)),
-                    item_status=np.zeros(len(items), np.uint8),
-                    values=done.values[picked],
-                    dim=done.values.shape[1],
-                    queue_us=min(queue_us, 2**32 - 1),
-                    infer_us=min(infer_us, 2**32 - 1),
-                    batch_items=len(batch.items),
-                    batch_tokens=batch.n_tokens,
-                ),
+        queue_us = min(max(0, (done.started_ns - min(i.submit_ns for i in items)) // 1000), 2**32 - 1)
+        item_index = np.fromiter((i.item_index for i in items), np.int32, len(items))
+        for kind, output in done.outputs.items():
+            part = output.take(picked)
+            block = ResultBlock(
+                req_id=req_id,
+                kind=kind,
+                item_index=item_index,
+                item_status=np.zeros(len(items), np.uint8),
+                values=part.values,
+                dim=part.dim,
+                row_offsets=part.row_offsets,
+                indices=part.indices,
+                queue_us=queue_us,
+                infer_us=infer_us,
+                batch_items=len(batch.items),
+                batch_tokens=batch.n_tokens,
             )
-        )
+            blocks.append((source, block))
     return blocks

@@ -1,11 +1,15 @@
-"""Flat token ids of a batch -> padded tensors on the device -> adapter -> float32 result rows."""
+"""Flat token ids of a batch -> padded tensors on the device -> adapter -> result arrays."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
+
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.outputs import Output
+from sie.shm.layout import ResultKind, kinds_of
 
 if TYPE_CHECKING:
     from sie.gpu_proc.adapters.base import Adapter
@@ -29,20 +33,35 @@ class Runner:
         self._is_cuda = device.type == "cuda"
         self._min_chunk_tokens = MIN_CHUNK_TOKENS.get(device.type, MIN_CHUNK_TOKENS["cpu"])
 
-    def run_dense(self, adapter: Adapter, batch: Batch) -> np.ndarray:
-        """float32 [len(batch.items), dim]; row i belongs to batch.items[i]."""
+    def run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
+        """Every kind the batch asked for; row i of each belongs to batch.items[i]."""
+        wanted = frozenset(kinds_of(batch.output_mask)) & adapter.kinds
+        if not wanted:
+            raise ValueError(f"model '{adapter.name}' produces none of {kinds_of(batch.output_mask)}")
         lengths = [len(item.input_ids) for item in batch.items]
-        rows = [
-            self._forward(adapter, batch.items[chunk])
+        parts = [
+            self._forward(adapter, batch.items[chunk], batch.is_query, wanted)
             for chunk in split_by_padding(lengths, MAX_PADDING_WASTE, self._min_chunk_tokens)
         ]
-        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return {kind: Output.concat([part[kind] for part in parts]) for kind in wanted}
 
-    def _forward(self, adapter: Adapter, items: list[PendingItem]) -> np.ndarray:
-        input_ids, attention_mask, token_type_ids = pad_items(items, adapter.pad_token_id)
-        types = None if token_type_ids is None else self._to_device(token_type_ids)
-        pooled = adapter.forward_dense(self._to_device(input_ids), self._to_device(attention_mask), types)
-        return pooled.float().cpu().numpy()
+    def run_dense(self, adapter: Adapter, batch: Batch) -> np.ndarray:
+        """float32 [len(batch.items), dim] dense rows (the dense-only path of older callers)."""
+        return self.run(adapter, batch)[ResultKind.DENSE].values
+
+    def _forward(
+        self, adapter: Adapter, items: list[PendingItem], is_query: bool, wanted: frozenset[ResultKind]
+    ) -> dict[ResultKind, Output]:
+        padded = pad_items(items, adapter.pad_token_id)
+        inputs = ForwardInputs(
+            input_ids=self._to_device(padded.input_ids),
+            attention_mask=self._to_device(padded.attention_mask),
+            token_type_ids=None if padded.token_type_ids is None else self._to_device(padded.token_type_ids),
+            aux=None if padded.aux is None else self._to_device(padded.aux),
+            lengths=[len(item.input_ids) for item in items],
+            is_query=is_query,
+        )
+        return adapter.forward(inputs, wanted)
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         tensor = torch.from_numpy(array)
@@ -70,10 +89,17 @@ def split_by_padding(lengths: list[int], max_waste: float, min_chunk_tokens: int
     return chunks
 
 
-def pad_items(
-    items: list[PendingItem], pad_token_id: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Right-padded int64 input_ids and attention_mask, plus token_type_ids if any item has them.
+class Padded(NamedTuple):
+    """Right-padded int64 arrays of a run of items."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    token_type_ids: np.ndarray | None
+    aux: np.ndarray | None
+
+
+def pad_items(items: list[PendingItem], pad_token_id: int) -> Padded:
+    """Right-padded int64 input_ids and attention_mask, plus token_type_ids / aux if any item has them.
 
     One boolean mask scatters all items' flat ids at once; there is always at least one item.
     """
@@ -81,12 +107,15 @@ def pad_items(
     mask = np.arange(lengths.max()) < lengths[:, None]
     input_ids = np.full(mask.shape, pad_token_id, np.int64)
     input_ids[mask] = np.concatenate([item.input_ids for item in items])
-    token_type_ids = None
+    token_type_ids = aux = None
     if any(item.token_type_ids is not None for item in items):
         token_type_ids = np.zeros(mask.shape, np.int64)
-        token_type_ids[mask] = np.concatenate([_types(item.input_ids, item.token_type_ids) for item in items])
-    return input_ids, mask.astype(np.int64), token_type_ids
+        token_type_ids[mask] = np.concatenate([_or_zeros(item.token_type_ids, item) for item in items])
+    if any(item.aux is not None for item in items):
+        aux = np.zeros(mask.shape, np.int64)
+        aux[mask] = np.concatenate([_or_zeros(item.aux, item) for item in items])
+    return Padded(input_ids, mask.astype(np.int64), token_type_ids, aux)
 
 
-def _types(input_ids: np.ndarray, token_type_ids: np.ndarray | None) -> np.ndarray:
-    return np.zeros(len(input_ids), np.int8) if token_type_ids is None else token_type_ids
+def _or_zeros(values: np.ndarray | None, item: PendingItem) -> np.ndarray:
+    return np.zeros(len(item.input_ids), np.int8) if values is None else values

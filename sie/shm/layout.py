@@ -10,6 +10,8 @@ Request (frontend -> device): one tokenized HTTP request, or one chunk of a larg
     offsets         int32[n_items + 1]   prefix sums: item i is input_ids[offsets[i]:offsets[i+1]]
     input_ids       int32[n_tokens]
     token_type_ids  int8[n_tokens]       only when flags & HAS_TOKEN_TYPES
+    aux             int32[n_tokens]      only when flags & HAS_AUX: a per-token integer an adapter
+                                         needs beside the ids (GLiNER's word index of each token)
 
 Result (device -> frontend): results for some items of one request; a request whose items were
 spread over several batches gets several result messages.
@@ -17,10 +19,15 @@ spread over several batches gets several result messages.
     RESULT_HEADER                        64 B
     item_index      int32[n_items]       absolute item positions within the HTTP request
     item_status     uint8[n_items]       Status per item
-    row_offsets     int32[n_items + 1]   only for SPARSE and MULTIVECTOR (rows of item i)
+    row_offsets     int32[n_items + 1]   only for ragged kinds (rows of item i)
     indices         int32[n_rows]        only for SPARSE (vocabulary ids, ascending per item)
-    values          f32|f16[n_rows, cols] cols = dim for DENSE and MULTIVECTOR, 1 otherwise
+    values          f32|f16[n_rows, cols] cols = dim, except SPARSE (1)
     message         utf-8[message_bytes] why status is not OK (may be empty)
+
+A result kind is either one row per item (DENSE, SCORES) or ragged: a run of rows per item
+(SPARSE, MULTIVECTOR, TOKEN_SCORES). One forward pass may produce several kinds (a hybrid model's
+dense + sparse + multivector); each kind travels as its own message, so the frontend knows a
+request is complete when every kind it asked for has every item.
 """
 
 from __future__ import annotations
@@ -52,10 +59,11 @@ class Status(IntEnum):
 
 class ResultKind(IntEnum):
     NONE = 0
-    DENSE = 1
-    SPARSE = 2
-    MULTIVECTOR = 3
-    SCORES = 4
+    DENSE = 1  # [n_items, dim] pooled embeddings
+    SPARSE = 2  # ragged: (index, value) runs, indices ascending per item
+    MULTIVECTOR = 3  # ragged: [n_tokens_i, dim] token embeddings
+    SCORES = 4  # [n_items, dim] raw logits per item (cross-encoders, NLI pairs)
+    TOKEN_SCORES = 5  # ragged: [n_rows_i, dim] raw logits per token or span (NER, GLiNER)
 
 
 class ValueDType(IntEnum):
@@ -64,12 +72,31 @@ class ValueDType(IntEnum):
 
 
 class OutputMask(IntEnum):
+    """Which result kinds a request wants: bit `1 << (kind - 1)` for each ResultKind."""
+
     DENSE = 1
     SPARSE = 2
     MULTIVECTOR = 4
+    SCORES = 8
+    TOKEN_SCORES = 16
 
+
+def mask_of(kinds: set[ResultKind] | list[ResultKind]) -> int:
+    mask = 0
+    for kind in kinds:
+        mask |= 1 << (int(kind) - 1)
+    return mask
+
+
+def kinds_of(mask: int) -> list[ResultKind]:
+    return [kind for kind in ResultKind if kind != ResultKind.NONE and mask & (1 << (int(kind) - 1))]
+
+
+RAGGED_KINDS = frozenset({ResultKind.SPARSE, ResultKind.MULTIVECTOR, ResultKind.TOKEN_SCORES})
 
 HAS_TOKEN_TYPES = 1
+HAS_AUX = 2
+IS_QUERY = 4  # the items are queries (encode with is_query): ColBERT expands them, SPLADE may differ
 
 _NUMPY_DTYPES = {ValueDType.FLOAT32: np.dtype("<f4"), ValueDType.FLOAT16: np.dtype("<f2")}
 
@@ -132,53 +159,67 @@ class TokenBatch:
     output_mask: int = OutputMask.DENSE
     config_key: int = 0
     submit_ns: int = 0
+    aux: np.ndarray | None = None
+    is_query: bool = False
 
     @property
     def n_items(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def flags(self) -> int:
+        flags = HAS_TOKEN_TYPES if self.token_type_ids is not None else 0
+        flags |= HAS_AUX if self.aux is not None else 0
+        return flags | (IS_QUERY if self.is_query else 0)
+
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
 
-def request_nbytes(n_items: int, n_tokens: int, has_token_types: bool) -> int:
+def request_nbytes(n_items: int, n_tokens: int, flags: int) -> int:
     size = 64 + _aligned(4 * (n_items + 1)) + _aligned(4 * n_tokens)
-    if has_token_types:
+    if flags & HAS_TOKEN_TYPES:
         size += _aligned(n_tokens)
+    if flags & HAS_AUX:
+        size += _aligned(4 * n_tokens)
     return size
 
 
 def encode_request(batch: TokenBatch) -> np.ndarray:
-    n_items, n_tokens = batch.n_items, len(batch.input_ids)
-    has_types = batch.token_type_ids is not None
-    buf = np.zeros(request_nbytes(n_items, n_tokens, has_types), np.uint8)
+    n_items, n_tokens, flags = batch.n_items, len(batch.input_ids), batch.flags
+    buf = np.zeros(request_nbytes(n_items, n_tokens, flags), np.uint8)
     header = buf[:64].view(REQUEST_HEADER)[0]
     header["req_id"], header["config_key"], header["submit_ns"] = (
         batch.req_id,
         batch.config_key,
         batch.submit_ns,
     )
-    header["op"], header["flags"] = int(batch.op), HAS_TOKEN_TYPES if has_types else 0
+    header["op"], header["flags"] = int(batch.op), flags
     header["model_slot"], header["item_base"] = batch.model_slot, batch.item_base
     header["n_items"], header["n_tokens"], header["output_mask"] = n_items, n_tokens, batch.output_mask
     pos = 64
     pos = _put(buf, pos, np.asarray(batch.offsets, np.int32))
     pos = _put(buf, pos, np.asarray(batch.input_ids, np.int32))
     if batch.token_type_ids is not None:
-        _put(buf, pos, np.asarray(batch.token_type_ids, np.int8))
+        pos = _put(buf, pos, np.asarray(batch.token_type_ids, np.int8))
+    if batch.aux is not None:
+        _put(buf, pos, np.asarray(batch.aux, np.int32))
     return buf
 
 
 def decode_request(buf: np.ndarray) -> TokenBatch:
     header = _header(buf, REQUEST_HEADER)
-    n_items, n_tokens = int(header["n_items"]), int(header["n_tokens"])
-    has_types = bool(int(header["flags"]) & HAS_TOKEN_TYPES)
-    if request_nbytes(n_items, n_tokens, has_types) > len(buf):
+    n_items, n_tokens, flags = int(header["n_items"]), int(header["n_tokens"]), int(header["flags"])
+    if request_nbytes(n_items, n_tokens, flags) > len(buf):
         raise LayoutError(f"request of {n_items} items / {n_tokens} tokens overruns {len(buf)} bytes")
     pos = 64
     offsets, pos = _take(buf, pos, np.int32, n_items + 1)
     input_ids, pos = _take(buf, pos, np.int32, n_tokens)
-    token_types = _take(buf, pos, np.int8, n_tokens)[0] if has_types else None
+    token_types = aux = None
+    if flags & HAS_TOKEN_TYPES:
+        token_types, pos = _take(buf, pos, np.int8, n_tokens)
+    if flags & HAS_AUX:
+        aux, pos = _take(buf, pos, np.int32, n_tokens)
     if n_items and (offsets[0] != 0 or offsets[-1] != n_tokens or np.any(np.diff(offsets) < 0)):
         raise LayoutError("request offsets are not a prefix sum of the token count")
     return TokenBatch(
@@ -192,6 +233,8 @@ def decode_request(buf: np.ndarray) -> TokenBatch:
         output_mask=int(header["output_mask"]),
         config_key=int(header["config_key"]),
         submit_ns=int(header["submit_ns"]),
+        aux=aux,
+        is_query=bool(flags & IS_QUERY),
     )
 
 
@@ -242,11 +285,11 @@ def _value_dtype(values: np.ndarray) -> ValueDType:
 
 
 def _has_row_offsets(kind: ResultKind) -> bool:
-    return kind in (ResultKind.SPARSE, ResultKind.MULTIVECTOR)
+    return kind in RAGGED_KINDS
 
 
 def _value_cols(kind: ResultKind, dim: int) -> int:
-    return dim if kind in (ResultKind.DENSE, ResultKind.MULTIVECTOR) else 1
+    return 1 if kind == ResultKind.SPARSE else dim
 
 
 def result_nbytes(block: ResultBlock) -> int:
@@ -300,7 +343,7 @@ def decode_result(buf: np.ndarray) -> ResultBlock:
         indices, pos = _take(buf, pos, np.int32, n_rows)
     cols = _value_cols(kind, dim) if kind != ResultKind.NONE else 0
     flat, pos = _take(buf, pos, dtype, n_rows * cols)
-    values = flat.reshape(n_rows, cols) if kind not in (ResultKind.SPARSE, ResultKind.SCORES) else flat
+    values = flat if kind == ResultKind.SPARSE else flat.reshape(n_rows, cols)
     message_bytes = int(header["message_bytes"])
     if pos + message_bytes > len(buf):
         raise LayoutError("result message overruns its buffer")

@@ -14,12 +14,12 @@ from starlette.testclient import TestClient
 
 from sie.errors import DeviceUnavailable, InputTooLong, QueueFull, SieError
 from sie.frontend.app import build_app
-from sie.frontend.devices import DenseResult
+from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.model_config import Catalog, load_catalog, parse_model_config
 from sie.settings import Settings
 from sie.shm.control import ModelState
-from sie.shm.layout import TokenBatch
+from sie.shm.layout import ResultKind, TokenBatch
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 # A second id with more slashes and a colon, served from the same weights (tokenizer only here).
@@ -73,7 +73,7 @@ class FakeDevices:
     def request_load(self, slot: int) -> None:
         self.load_requests.append(slot)
 
-    async def encode(self, batch: TokenBatch) -> DenseResult:
+    async def submit(self, batch: TokenBatch) -> Results:
         if self.encode_error is not None:
             raise self.encode_error
         self.batches.append(batch)
@@ -82,7 +82,8 @@ class FakeDevices:
             fake_vector(batch.input_ids[batch.offsets[i] : batch.offsets[i + 1]], dim)
             for i in range(batch.n_items)
         ]
-        return DenseResult(np.stack(rows), queue_ms=0.5, inference_ms=1.5)
+        dense = {ResultKind.DENSE: np.stack(rows)}
+        return Results(dense, {}, [], queue_ms=0.5, inference_ms=1.5)
 
 
 def catalog() -> Catalog:

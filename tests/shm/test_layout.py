@@ -27,7 +27,7 @@ from sie.shm.layout import (
 )
 
 
-def _batch(items: list[list[int]], with_types: bool, **fields: int) -> TokenBatch:
+def _batch(items: list[list[int]], with_types: bool, with_aux: bool = False, **fields: int) -> TokenBatch:
     lengths = np.array([len(item) for item in items], np.int64)
     offsets = np.zeros(len(items) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
@@ -44,11 +44,14 @@ def _batch(items: list[list[int]], with_types: bool, **fields: int) -> TokenBatc
         output_mask=OutputMask.DENSE | OutputMask.SPARSE,
         config_key=fields.get("config_key", 2**64 - 1),
         submit_ns=fields.get("submit_ns", 123456789),
+        aux=(ids * 3 - 7).astype(np.int32) if with_aux else None,
+        is_query=with_aux,
     )
 
 
 def _assert_same_batch(got: TokenBatch, want: TokenBatch) -> None:
-    for field in ("req_id", "op", "model_slot", "item_base", "output_mask", "config_key", "submit_ns"):
+    fields = ("req_id", "op", "model_slot", "item_base", "output_mask", "config_key", "submit_ns", "is_query")
+    for field in fields:
         assert getattr(got, field) == getattr(want, field), field
     np.testing.assert_array_equal(got.offsets, want.offsets)
     np.testing.assert_array_equal(got.input_ids, want.input_ids)
@@ -58,6 +61,11 @@ def _assert_same_batch(got: TokenBatch, want: TokenBatch) -> None:
     else:
         assert got.token_type_ids is not None
         np.testing.assert_array_equal(got.token_type_ids, want.token_type_ids)
+    if want.aux is None:
+        assert got.aux is None
+    else:
+        assert got.aux is not None and got.aux.dtype == np.int32
+        np.testing.assert_array_equal(got.aux, want.aux)
 
 
 def _assert_same_result(got: ResultBlock, want: ResultBlock) -> None:
@@ -82,13 +90,14 @@ BATCHES = {
 }
 
 
+@pytest.mark.parametrize("with_aux", [False, True])
 @pytest.mark.parametrize("with_types", [False, True])
 @pytest.mark.parametrize("items", BATCHES.values(), ids=BATCHES.keys())
-def test_request_round_trip(items: list[list[int]], with_types: bool) -> None:
-    batch = _batch(items, with_types)
+def test_request_round_trip(items: list[list[int]], with_types: bool, with_aux: bool) -> None:
+    batch = _batch(items, with_types, with_aux)
     buf = encode_request(batch)
     n_tokens = sum(map(len, items))
-    assert len(buf) == request_nbytes(len(items), n_tokens, with_types)
+    assert len(buf) == request_nbytes(len(items), n_tokens, batch.flags)
     _assert_same_batch(decode_request(buf), batch)
     np.testing.assert_array_equal(decode_request(buf).lengths(), [len(i) for i in items])
 
@@ -134,12 +143,20 @@ def _results() -> dict[str, ResultBlock]:
         ),
         "scores": ResultBlock(
             kind=ResultKind.SCORES,
-            values=np.array([0.5, -1.25, 3.0], np.float32),
+            values=np.array([[0.5, 1.0], [-1.25, 2.0], [3.0, 0.0]], np.float32),
+            dim=2,
             item_status=np.array([0, Status.INFERENCE_ERROR, 0], np.uint8),
             message="item 2 failed",
             batch_items=3,
             batch_tokens=77,
             **{k: v for k, v in common.items() if k != "item_status"},
+        ),
+        "token-scores": ResultBlock(
+            kind=ResultKind.TOKEN_SCORES,
+            values=rng.standard_normal((5, 3)).astype(np.float32),
+            row_offsets=rows,
+            dim=3,
+            **common,
         ),
         "error": error_result(99, Status.OUT_OF_MEMORY, "CUDA out of memory: ünïcode"),
     }
@@ -174,7 +191,11 @@ token_lists = st.lists(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40), 
 
 
 @settings(max_examples=100, deadline=None)
-@given(items=token_lists, with_types=st.booleans(), req_id=st.integers(0, 2**64 - 1))
-def test_request_round_trip_property(items: list[list[int]], with_types: bool, req_id: int) -> None:
-    batch = _batch(items, with_types, req_id=req_id)
+@given(
+    items=token_lists, with_types=st.booleans(), with_aux=st.booleans(), req_id=st.integers(0, 2**64 - 1)
+)
+def test_request_round_trip_property(
+    items: list[list[int]], with_types: bool, with_aux: bool, req_id: int
+) -> None:
+    batch = _batch(items, with_types, with_aux, req_id=req_id)
     _assert_same_batch(decode_request(encode_request(batch)), batch)

@@ -6,27 +6,34 @@ the profile only chooses pooling and precision. Weights come from a local folder
 
 from __future__ import annotations
 
-import gc
 import inspect
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.common import (
+    compute_dtype,
+    from_pretrained,
+    place,
+    release,
+    rows_output,
+    tensor_bytes,
+)
 from sie.gpu_proc.adapters.pooling import Pooling, pool
+from sie.gpu_proc.outputs import Output
+from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from sie.model_config import ModelConfig
 
-logger = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
 
 class DenseAdapter:
+    kinds = frozenset({ResultKind.DENSE})
+
     def __init__(self, model: PreTrainedModel, *, name: str, pooling: Pooling) -> None:
         self.name = name
         self.pooling: Pooling = pooling
@@ -35,23 +42,29 @@ class DenseAdapter:
         self.dim = int(model.config.hidden_size)
         self.pad_token_id = int(model.config.pad_token_id or 0)
         self._model: PreTrainedModel | None = model
-        self._takes_token_types = _takes_token_types(model)
-        self._memory_bytes = _tensor_bytes(model)
+        self._takes_token_types = takes_token_types(model)
+        self._memory_bytes = tensor_bytes(model)
 
     @classmethod
     def load(
         cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
     ) -> DenseAdapter:
+        from transformers import AutoModel  # deferred: importing transformers costs a second or more
+
         chosen = config.profile(profile)
         torch_device = torch.device(device)
-        dtype = _compute_dtype(torch_device, chosen.compute_precision)
-        model = _from_pretrained(weights_dir, dtype)
-        _place(model, torch_device)
+        model = from_pretrained(AutoModel, weights_dir, compute_dtype(torch_device, chosen.compute_precision))
+        place(model, torch_device)
         return cls(model, name=config.sie_id, pooling=chosen.adapter_options.runtime.pooling)
+
+    def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
+        pooled = self.forward_dense(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
+        return {ResultKind.DENSE: rows_output(ResultKind.DENSE, pooled)}
 
     def forward_dense(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
     ) -> torch.Tensor:
+        """Pooled float32 [n, dim], not normalized (the frontend normalizes)."""
         if self._model is None:
             raise RuntimeError(f"adapter for '{self.name}' is closed")
         extra = {}
@@ -66,45 +79,11 @@ class DenseAdapter:
 
     def close(self) -> None:
         self._model = None
-        gc.collect()  # free the weights now, not at the next collection, so the memory is reusable
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(self.device)
 
 
-def _compute_dtype(device: torch.device, precision: str | None) -> torch.dtype:
-    # float16/bfloat16 matmuls on CPU are slower than float32 (or missing), so CPU ignores the profile.
-    if device.type == "cpu":
-        return torch.float32
-    return _DTYPES[precision or "float16"]
-
-
-def _from_pretrained(weights_dir: Path, dtype: torch.dtype) -> PreTrainedModel:
-    from transformers import AutoModel  # deferred: importing transformers costs a second or more
-
-    model: PreTrainedModel
-    try:
-        model = AutoModel.from_pretrained(
-            weights_dir, local_files_only=True, dtype=dtype, attn_implementation="sdpa"
-        )
-    except (ValueError, ImportError) as exc:
-        # Some architectures (MPNet) have no SDPA path; their default attention is still correct.
-        logger.info("no sdpa attention for %s, using the default: %s", weights_dir, exc)
-        model = AutoModel.from_pretrained(weights_dir, local_files_only=True, dtype=dtype)
-    return model
-
-
-def _place(model: torch.nn.Module, device: torch.device) -> None:
-    # Typed as a Module: transformers' decorated `to` confuses type checkers; the call is the same.
-    model.to(device)
-    model.eval()
-
-
-def _takes_token_types(model: PreTrainedModel) -> bool:
+def takes_token_types(model: torch.nn.Module) -> bool:
     # RoBERTa-style models have one token type; a non-zero type would index past their table.
     accepts = "token_type_ids" in inspect.signature(model.forward).parameters
-    return accepts and int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
-
-
-def _tensor_bytes(model: torch.nn.Module) -> int:
-    tensors = [*model.parameters(), *model.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    config = getattr(model, "config", None)
+    return accepts and int(getattr(config, "type_vocab_size", 0) or 0) > 1

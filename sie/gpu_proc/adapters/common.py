@@ -1,0 +1,76 @@
+"""Helpers every torch adapter shares: precision, loading from a local folder, placement, sizes,
+and turning result tensors into `Output`s."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from sie.gpu_proc.outputs import Output
+from sie.shm.layout import ResultKind
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def compute_dtype(device: torch.device, precision: str | None) -> torch.dtype:
+    # float16/bfloat16 matmuls on CPU are slower than float32 (or missing), so CPU ignores the profile.
+    if device.type == "cpu":
+        return torch.float32
+    return _DTYPES[precision or "float16"]
+
+
+def from_pretrained(auto_class: Any, weights_dir: Path, dtype: torch.dtype, **kwargs: Any) -> PreTrainedModel:
+    """`auto_class.from_pretrained` from a local folder with SDPA attention where the model has it."""
+    model: PreTrainedModel
+    try:
+        model = auto_class.from_pretrained(
+            weights_dir, local_files_only=True, dtype=dtype, attn_implementation="sdpa", **kwargs
+        )
+    except (ValueError, ImportError) as exc:
+        # Some architectures (MPNet) have no SDPA path; their default attention is still correct.
+        logger.info("no sdpa attention for %s, using the default: %s", weights_dir, exc)
+        model = auto_class.from_pretrained(weights_dir, local_files_only=True, dtype=dtype, **kwargs)
+    return model
+
+
+def place(module: torch.nn.Module, device: torch.device) -> None:
+    # Typed as a Module: transformers' decorated `to` confuses type checkers; the call is the same.
+    module.to(device)
+    module.eval()
+
+
+def tensor_bytes(*modules: torch.nn.Module) -> int:
+    tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def release(device: torch.device) -> None:
+    """Free dropped weights now, not at the next collection, so the memory is reusable."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def rows_output(kind: ResultKind, rows: torch.Tensor) -> Output:
+    """[n, dim] (or [n]) per-item rows -> float32 numpy Output."""
+    values = rows.float().cpu().numpy()
+    return Output(kind, values.reshape(len(values), -1))
+
+
+def token_rows_output(kind: ResultKind, hidden: torch.Tensor, keep: torch.Tensor) -> Output:
+    """A ragged Output of the rows of `hidden[n, L, d]` where `keep[n, L]` is true, item by item."""
+    keep = keep.bool()
+    values = hidden[keep].float().cpu().numpy()  # row-major: item 0's kept rows, then item 1's, ...
+    offsets = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum(keep.sum(dim=1).cpu().numpy(), out=offsets[1:])
+    return Output(kind, values, offsets)
