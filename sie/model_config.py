@@ -21,6 +21,10 @@ import msgspec
 import yaml
 
 BUILTIN_MODELS_DIR = Path(__file__).parent / "models"
+# Which families serve which task besides encode (a YAML's `tasks` lists the encode outputs).
+CROSS_ENCODER_FAMILIES = frozenset({"cross_encoder"})
+LATE_INTERACTION_FAMILIES = frozenset({"colbert", "hybrid"})
+EXTRACT_FAMILIES = frozenset({"token_classification", "gliner", "nli_zero_shot"})
 DEFAULT_MAX_BATCH_TOKENS = 16384
 
 
@@ -89,12 +93,14 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     query_prefix: str | None = None
     document_prefix: str | None = None
     query_length: int | None = None
-    attend_to_expansion_tokens: bool = False
+    attend_to_expansion_tokens: bool | None = None
     skiplist_words: list[str] | None = None
     muvera: dict[str, Any] | None = None
-    # gliner / token_classification: score threshold and labels ignored in the output.
+    # gliner / token_classification: score threshold and labels ignored in the output; a tagger
+    # that marks every sub-word B- (Rampart) needs touching pieces of one type joined into one span.
     threshold: float | None = None
     ignore_labels: list[str] | None = None
+    join_touching: bool = False
 
 
 class AdapterOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -140,6 +146,15 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def family(self) -> str:
         """The default profile's adapter family (every profile of a model shares its weights)."""
         return self.profile().adapter
+
+    def supports_score(self) -> bool:
+        """Cross-encoders score pairs; multi-vector models score by MaxSim."""
+        if self.family in CROSS_ENCODER_FAMILIES:
+            return True
+        return self.family in LATE_INTERACTION_FAMILIES and "multivector" in self.output_types()
+
+    def supports_extract(self) -> bool:
+        return self.family in EXTRACT_FAMILIES
 
     def dense_dim(self) -> int | None:
         encode = self.tasks.encode
@@ -280,11 +295,16 @@ def _hf_cache_snapshot(hf_id: str, revision: str | None) -> Path:
     return snapshot
 
 
+# Loaded with the default model when --preload is not given, so that a server started with no
+# arguments answers dense and sparse requests at once (SPLADE-tiny loads in well under a second).
+DEFAULT_SPARSE_MODEL = "sie/splade-tiny"
+
+
 def preload_names(preload: list[str] | None, default_model: str, catalog: Catalog) -> list[str]:
-    """Models to load at start: the explicit list, else the default model when it is served."""
+    """Models to load at start: the explicit list, else the default models that are served."""
     if preload:
         missing = [name for name in preload if name not in catalog]
         if missing:
             raise ModelConfigError(f"--preload names unknown models: {', '.join(missing)}")
         return list(preload)
-    return [default_model] if default_model in catalog else []
+    return [name for name in dict.fromkeys((default_model, DEFAULT_SPARSE_MODEL)) if name in catalog]

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from sie.model_config import (
+    DEFAULT_SPARSE_MODEL,
     Catalog,
     ModelConfigError,
     load_catalog,
@@ -70,10 +71,43 @@ def test_weights_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert resolve_weights_dir(parse_model_config({"sie_id": "a", "hf_id": "org/name"})) == snapshot
 
 
-def test_preload_defaults_to_the_default_model() -> None:
+def test_preload_defaults_to_the_default_dense_and_sparse_models() -> None:
     catalog = load_catalog()
-    assert preload_names(None, DEFAULT_MODEL, catalog) == [DEFAULT_MODEL]
-    assert preload_names(None, "other/model", catalog) == []
+    assert preload_names(None, DEFAULT_MODEL, catalog) == [DEFAULT_MODEL, DEFAULT_SPARSE_MODEL]
+    assert preload_names(None, "other/model", catalog) == [DEFAULT_SPARSE_MODEL]
+    assert preload_names(None, DEFAULT_MODEL, load_catalog(include=[DEFAULT_MODEL])) == [DEFAULT_MODEL]
     with pytest.raises(ModelConfigError):
         preload_names(["nope"], DEFAULT_MODEL, catalog)
     assert preload_names([DEFAULT_MODEL], "x", Catalog(catalog.models)) == [DEFAULT_MODEL]
+
+
+def test_top_level_adapter_is_a_single_default_profile() -> None:
+    config = parse_model_config(
+        {
+            "sie_id": "x/rerank",
+            "weights": {"path": "/tmp"},
+            "tasks": {"score": {}},
+            "adapter": "cross_encoder",
+        }
+    )
+    assert config.family == "cross_encoder" and list(config.profiles) == ["default"]
+    assert config.supports_score() and not config.supports_extract()
+    with pytest.raises(ModelConfigError, match="not both"):
+        parse_model_config({"sie_id": "x", "adapter": "dense", "profiles": {"default": {}}})
+
+
+@pytest.mark.parametrize(
+    ("family", "outputs", "scores", "extracts"),
+    [
+        ("dense", {"dense": {"dim": 4}}, False, False),
+        ("colbert", {"multivector": {"dim": 4}}, True, False),
+        ("hybrid", {"dense": {"dim": 4}, "sparse": {}}, False, False),
+        ("gliner", None, False, True),
+        ("nli_zero_shot", None, False, True),
+        ("token_classification", None, False, True),
+    ],
+)
+def test_family_capabilities(family: str, outputs: dict | None, scores: bool, extracts: bool) -> None:
+    tasks = {"encode": outputs} if outputs else {"extract": {}}
+    config = parse_model_config({"sie_id": "m", "tasks": tasks, "adapter": family})
+    assert (config.supports_score(), config.supports_extract()) == (scores, extracts)

@@ -1,6 +1,7 @@
-"""The dense-embedding path every route shares: gate on model state, tokenize, submit, postprocess.
+"""The stages every task shares: gate on model state, tokenize off the event loop, submit to a device.
 
-`/v1/encode` and `/v1/embeddings` differ only in how they parse and render; both call `embed`.
+Each task (`sie.frontend.tasks.encode`, `score`, `extract`) is these stages plus its own prompt
+building and post-processing; the routes only parse and render.
 """
 
 from __future__ import annotations
@@ -8,15 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TypeVar
 
 from sie.errors import InputTooLong, InvalidInput, ModelLoadFailed, ModelLoading, ShuttingDown
-from sie.frontend.postprocess import l2_normalize
+from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
+from sie.frontend.tokenize import Encoded
+from sie.model_config import ModelConfig
 from sie.shm.control import ModelState
-from sie.shm.layout import Op, OutputMask, ResultKind, TokenBatch
+from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+
+T = TypeVar("T")
 
 # Tokenizing a large request takes long enough to stall other connections; above this many
 # items it runs on a worker thread (the Rust tokenizer releases the GIL).
@@ -24,12 +29,20 @@ INLINE_TOKENIZE_ITEMS = 16
 
 
 @dataclass(frozen=True, slots=True)
-class Embedded:
-    values: np.ndarray  # float32 [n, dim], normalized when the model says so
+class Submitted:
+    """A task's device results with the timings of the stages that made them."""
+
+    results: Results
     input_tokens: int
     tokenization_ms: float
-    queue_ms: float
-    inference_ms: float
+
+    @property
+    def queue_ms(self) -> float:
+        return self.results.queue_ms
+
+    @property
+    def inference_ms(self) -> float:
+        return self.results.inference_ms
 
 
 def check_serving(state: FrontendState) -> None:
@@ -50,45 +63,56 @@ def gate_model(state: FrontendState, slot: int, name: str) -> None:
     raise ModelLoading(f"Model '{name}' is loading; retry shortly")
 
 
-async def embed(
-    state: FrontendState,
-    name: str,
-    texts: list[str],
-    *,
-    profile: str | None = None,
-    normalize: bool | None = None,
-) -> Embedded:
+def admit(
+    state: FrontendState, name: str, n_items: int, profile: str | None = None
+) -> tuple[int, ModelConfig]:
+    """Checks before any work: the model exists, the server serves, the request could ever fit."""
     slot, config = state.model(name)
     check_serving(state)
     limit = state.settings.max_concurrent_requests
-    if len(texts) > limit:  # could never be admitted: no retry would help
-        raise InputTooLong(f"Request has {len(texts)} items; at most {limit} can be queued for one model")
+    if n_items > limit:  # could never be admitted: no retry would help
+        raise InputTooLong(f"Request has {n_items} items; at most {limit} can be queued for one model")
     if profile is not None and profile not in config.profiles:
         known = ", ".join(sorted(config.profiles)) or "default"
         raise InvalidInput(f"Unknown profile '{profile}' for model '{name}'. Available: {known}")
     gate_model(state, slot, name)
-    tokenizer = state.tokenizers.get(config)
+    return slot, config
+
+
+async def tokenize(fn: Callable[[], T], n_items: int) -> tuple[T, float]:
+    """Run a tokenizing closure, on a worker thread when the request is large; (result, ms)."""
     started = time.perf_counter()
-    if len(texts) > INLINE_TOKENIZE_ITEMS:
-        encoded = await asyncio.to_thread(tokenizer.encode, texts)
-    else:
-        encoded = tokenizer.encode(texts)
-    tokenization_ms = (time.perf_counter() - started) * 1000
-    profile_name = profile or config.default_profile_name
+    result = await asyncio.to_thread(fn) if n_items > INLINE_TOKENIZE_ITEMS else fn()
+    return result, (time.perf_counter() - started) * 1000
+
+
+def config_key(profile: str, *extra: str) -> int:
+    """Items share a device batch only when this key (profile, LoRA, ...) matches."""
+    return zlib.crc32("\0".join((profile, *extra)).encode())
+
+
+async def submit(
+    state: FrontendState,
+    slot: int,
+    encoded: Encoded,
+    *,
+    op: Op,
+    kinds: set[ResultKind],
+    key: int,
+    is_query: bool = False,
+    tokenization_ms: float = 0.0,
+) -> Submitted:
     batch = TokenBatch(
         req_id=0,
-        op=Op.ENCODE,
+        op=op,
         model_slot=slot,
         offsets=encoded.offsets,
         input_ids=encoded.input_ids,
         token_type_ids=encoded.token_type_ids,
-        output_mask=OutputMask.DENSE,
-        config_key=zlib.crc32(profile_name.encode()),
+        output_mask=mask_of(kinds),
+        config_key=key,
+        aux=encoded.aux,
+        is_query=is_query,
     )
-    result = await state.devices.submit(batch)
-    should_normalize = config.profile(profile).adapter_options.runtime.normalize
-    if normalize is not None:
-        should_normalize = normalize
-    dense = result.rows[ResultKind.DENSE]
-    values = l2_normalize(dense) if should_normalize else dense
-    return Embedded(values, encoded.n_tokens, tokenization_ms, result.queue_ms, result.inference_ms)
+    results = await state.devices.submit(batch)
+    return Submitted(results, encoded.n_tokens, tokenization_ms)

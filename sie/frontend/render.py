@@ -62,30 +62,60 @@ def render_encode(
     *,
     model: str,
     ids: Sequence[str | None],
-    dense: np.ndarray,
-    output_dtype: str,
-    dims: int,
+    columns: dict[str, list[dict[str, Any]]],
     timing: Timing,
     input_tokens: int,
     as_json: bool,
 ) -> bytes:
-    """The encode response. `dense` is already in `output_dtype` (n x dims, or packed bits)."""
-    # One column per requested output; sparse and multivector join here as more columns.
-    columns = {"dense": _dense_column(dense, wire_dtype_name(output_dtype), dims, as_json)}
+    """The encode response: one column per requested output (see the *_column builders)."""
     body = {
         "model": model,
         "items": _items(ids, columns),
         "timing": _timing_body(timing),
         "usage": {"input_tokens": input_tokens},
     }
+    return encode_body(body, as_json)
+
+
+def encode_body(body: object, as_json: bool) -> bytes:
     return msgspec.json.encode(body) if as_json else _pack(body)
 
 
-def _dense_column(dense: np.ndarray, dtype: str, dims: int, as_json: bool) -> list[dict[str, Any]]:
+def dense_column(dense: np.ndarray, output_dtype: str, dims: int, as_json: bool) -> list[dict[str, Any]]:
+    """`dense` is already in `output_dtype` (n x dims, or n x packed bytes for binary)."""
+    dtype = wire_dtype_name(output_dtype)
     # tolist() on the whole matrix is one C loop, and on float32 it yields the exact float32
     # values as Python floats, which JSON then writes at full precision.
     rows = dense.tolist() if as_json else [_ndarray_map(row) for row in dense]
     return [{"dims": dims, "dtype": dtype, "values": row} for row in rows]
+
+
+def sparse_column(
+    sparse: Sequence[tuple[np.ndarray, np.ndarray]], dims: int, as_json: bool
+) -> list[dict[str, Any]]:
+    """Per item (int32 indices ascending, float32 or float16 values)."""
+    column = []
+    for indices, values in sparse:
+        dtype = "float16" if values.dtype == np.float16 else "float32"
+        as_wire = (lambda a: a.tolist()) if as_json else _ndarray_map
+        column.append({"dims": dims, "dtype": dtype, "indices": as_wire(indices), "values": as_wire(values)})
+    return column
+
+
+def multivector_column(
+    matrices: Sequence[np.ndarray], output_dtype: str, token_dims: int, as_json: bool
+) -> list[dict[str, Any]]:
+    """Per item [num_tokens, token_dims] already in `output_dtype` (packed bits for binary)."""
+    dtype = wire_dtype_name(output_dtype)
+    return [
+        {
+            "token_dims": token_dims,
+            "num_tokens": len(matrix),
+            "dtype": dtype,
+            "values": matrix.tolist() if as_json else _ndarray_map(matrix),
+        }
+        for matrix in matrices
+    ]
 
 
 def _items(ids: Sequence[str | None], columns: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -128,6 +158,17 @@ def render_openai_embeddings(
     data = [{"object": "embedding", "embedding": e, "index": i} for i, e in enumerate(embeddings)]
     usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}
     return msgspec.json.encode({"object": "list", "data": data, "model": model, "usage": usage})
+
+
+def render_score(
+    *, model: str, query_id: str | None, ranked: list[dict[str, Any]], input_tokens: int, as_json: bool
+) -> bytes:
+    body = {"model": model, "query_id": query_id, "scores": ranked, "usage": {"input_tokens": input_tokens}}
+    return encode_body(body, as_json)
+
+
+def render_extract(*, model: str, items: list[dict[str, Any]], as_json: bool) -> bytes:
+    return encode_body({"model": model, "items": items}, as_json)
 
 
 def render_error(code: str, message: str) -> bytes:

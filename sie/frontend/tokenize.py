@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from sie.errors import InvalidInput
 from sie.model_config import ModelConfig, resolve_weights_dir
+
+T = TypeVar("T")
 
 DEFAULT_MAX_LENGTH = 512
 # First guess at how many characters the kept tokens can span, per token of max_length. English
@@ -153,6 +156,21 @@ class TextTokenizer:
         second.encoding.truncate(keep_second)
         return self._tokenizer.post_process(first.encoding, second.encoding, add_special_tokens=True)
 
+    def encode_with_offsets(self, texts: Sequence[str]) -> tuple[Encoded, list[np.ndarray]]:
+        """`encode`, plus each item's character span per token: int32 [len_i, 2], (0, 0) on special
+        tokens. Spans index the original text (the character cut is a prefix of it)."""
+        keep = self.max_length - self._tokenizer.num_special_tokens_to_add(False)
+        limit = self._char_budget
+        capped = [text if len(text) <= limit else self._cut(text, keep)[0] for text in texts]
+        # `encode_batch_fast` skips offset tracking, so this path pays for the full `encode_batch`.
+        encodings = self._tokenizer.encode_batch(capped)
+        spans = []
+        for encoding in encodings:
+            span = np.array(encoding.offsets, dtype=np.int32).reshape(-1, 2)
+            span[np.array(encoding.special_tokens_mask, dtype=bool)] = 0
+            spans.append(span)
+        return _flatten(encodings, keep_types=self._single_has_types), spans
+
 
 @dataclass(frozen=True, slots=True)
 class _Head:
@@ -226,11 +244,25 @@ def _flatten(encodings: list[Encoding], *, keep_types: bool) -> Encoded:
 
 
 class TokenizerCache:
-    """Loads each model's tokenizer once and shares it between requests (and threads)."""
+    """Loads each model's tokenizer once and shares it between requests (and threads), together
+    with what families build on top of it (ColBERT markers, GLiNER prompts, label tables)."""
 
     def __init__(self) -> None:
         self._by_model: dict[str, TextTokenizer] = {}
+        self._derived: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
+
+    def derived(self, config: ModelConfig, name: str, build: Callable[[TextTokenizer], T]) -> T:
+        """`build(tokenizer)` for this model, made once and cached under `name`."""
+        key = (config.sie_id, name)
+        found = self._derived.get(key)
+        if found is None:
+            tokenizer = self.get(config)
+            with self._lock:
+                found = self._derived.get(key)
+                if found is None:
+                    found = self._derived[key] = build(tokenizer)
+        return found  # type: ignore[return-value]  # stored by this same `name`, so of type T
 
     def get(self, config: ModelConfig) -> TextTokenizer:
         tokenizer = self._by_model.get(config.sie_id)

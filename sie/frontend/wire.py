@@ -62,6 +62,38 @@ class EncodeRequest(msgspec.Struct):
     params: EncodeParams | None = None
 
 
+class ScoreRequest(msgspec.Struct):
+    """`/v1/score` has no `params` wrapper: instruction and options sit at the top level."""
+
+    query: Item
+    items: list[Item]
+    instruction: str | None = None
+    options: dict[str, Any] | None = None
+
+
+class ExtractParams(msgspec.Struct):
+    labels: list[str] | None = None
+    instruction: str | None = None
+    options: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+
+
+class ExtractRequest(msgspec.Struct):
+    items: list[Item]
+    params: ExtractParams | None = None
+
+
+class RerankRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The Cohere-style `/v1/rerank` body (JSON)."""
+
+    model: str
+    query: str
+    documents: list[str]
+    top_n: int | None = None
+    return_documents: bool = False
+    options: dict[str, Any] | None = None
+
+
 class EmbeddingsRequest(msgspec.Struct):
     """The OpenAI `/v1/embeddings` body."""
 
@@ -140,7 +172,17 @@ def validate_encode(
         _check_item_text(index, item, model, needs_text, max_text_bytes)
 
 
+def validate_items(items: list[Item], *, model: str, max_text_bytes: int = MAX_TEXT_BYTES) -> None:
+    """Every item needs text (the text families) within the size limit; at least one item."""
+    if not items:
+        raise InvalidInput("items must not be empty")
+    for index, item in enumerate(items):
+        _check_item_text(index, item, model, True, max_text_bytes)
+
+
 def _check_output_types(requested: list[str], model: str, supported: set[str]) -> None:
+    if not requested:
+        raise InvalidInput("output_types must not be empty")
     unsupported = set(requested) - supported
     if unsupported:
         raise InvalidInput(

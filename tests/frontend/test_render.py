@@ -14,14 +14,21 @@ import pytest
 from sie.frontend.postprocess import apply_output_dtype
 from sie.frontend.render import (
     Timing,
+    dense_column,
+    multivector_column,
     render_encode,
     render_error,
     render_openai_embeddings,
     render_openai_error,
+    sparse_column,
     timing_headers,
 )
 
-SDK_MSGPACK = Path("/tmp/dl/sdk/sie_sdk/_msgpack.py")
+# The real SDK's decoder, from the .venv-sdk that `scripts/install.sh --test` makes (it is plain
+# Python + numpy + msgpack, so it loads here under 3.11).
+SDK_MSGPACK = (
+    Path(__file__).resolve().parents[2] / ".venv-sdk/lib/python3.12/site-packages/sie_sdk/_msgpack.py"
+)
 MODEL = "BAAI/bge-m3:sparse"
 TIMING = Timing(
     total_ms=12.3456, queue_ms=1.0, tokenization_ms=0.5, inference_ms=9.25, postprocessing_ms=None
@@ -36,12 +43,11 @@ def _dense(n: int = 3, dims: int = 384) -> np.ndarray:
 
 
 def _render(dense: np.ndarray, dtype: str, *, as_json: bool, ids: list[str | None] | None = None) -> bytes:
+    column = dense_column(apply_output_dtype(dense, dtype), dtype, dense.shape[1], as_json)
     return render_encode(
         model=MODEL,
         ids=ids if ids is not None else [None] * len(dense),
-        dense=apply_output_dtype(dense, dtype),
-        output_dtype=dtype,
-        dims=dense.shape[1],
+        columns={"dense": column},
         timing=TIMING,
         input_tokens=42,
         as_json=as_json,
@@ -105,7 +111,7 @@ def test_msgpack_keys_are_str_except_array_maps() -> None:
 
 def _load_sdk_msgpack() -> ModuleType:
     if not SDK_MSGPACK.exists():
-        pytest.skip("sie-sdk source not unpacked at /tmp/dl/sdk")
+        pytest.skip(f"{SDK_MSGPACK} missing: run scripts/install.sh --test")
     spec = importlib.util.spec_from_file_location("_sdk_msgpack_for_test", SDK_MSGPACK)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -129,9 +135,7 @@ def test_one_item_float32_msgpack_size_matches_sie() -> None:
     raw = render_encode(
         model="sentence-transformers/all-MiniLM-L6-v2",
         ids=[None],
-        dense=_dense(1),
-        output_dtype="float32",
-        dims=384,
+        columns={"dense": dense_column(_dense(1), "float32", 384, False)},
         timing=Timing(1.0, 0.0, 0.0, 0.0, None),
         input_tokens=3,
         as_json=False,
@@ -247,3 +251,36 @@ def test_render_openai_error_shape() -> None:
             "code": "model_not_found",
         }
     }
+
+
+def test_sdk_decoder_reads_sparse_and_multivector() -> None:
+    sdk = _load_sdk_msgpack()
+    indices = np.array([3, 17, 2000], np.int32)
+    values = np.array([0.5, 1.25, 2.0], np.float32)
+    matrix = _dense(5, 8)
+    columns = {
+        "sparse": sparse_column([(indices, values)], 30522, False),
+        "multivector": multivector_column([matrix], "float32", 8, False),
+    }
+    raw = render_encode(model=MODEL, ids=["x"], columns=columns, timing=TIMING, input_tokens=5, as_json=False)
+    item = sdk.unpackb(raw, numeric_arrays=True)["items"][0]
+    np.testing.assert_array_equal(item["sparse"]["indices"], indices)
+    np.testing.assert_array_equal(item["sparse"]["values"], values)
+    assert item["sparse"]["dims"] == 30522 and item["sparse"]["dtype"] == "float32"
+    np.testing.assert_array_equal(item["multivector"]["values"], matrix)
+    assert (item["multivector"]["num_tokens"], item["multivector"]["token_dims"]) == (5, 8)
+
+
+def test_json_sparse_and_binary_multivector() -> None:
+    matrix = _dense(2, 16)
+    columns = {
+        "sparse": sparse_column([(np.array([1, 9], np.int32), np.array([0.5, 2.0], np.float16))], 30, True),
+        "multivector": multivector_column([apply_output_dtype(matrix, "binary")], "binary", 16, True),
+    }
+    body = json.loads(
+        render_encode(model=MODEL, ids=[None], columns=columns, timing=TIMING, input_tokens=1, as_json=True)
+    )
+    item = body["items"][0]
+    assert item["sparse"] == {"dims": 30, "dtype": "float16", "indices": [1, 9], "values": [0.5, 2.0]}
+    assert item["multivector"]["dtype"] == "binary" and item["multivector"]["token_dims"] == 16
+    assert item["multivector"]["values"] == np.packbits(matrix > 0, axis=-1).tolist()

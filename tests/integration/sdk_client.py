@@ -2,8 +2,9 @@
 
     .venv-sdk/bin/python tests/integration/sdk_client.py URL < actions.json
 
-`actions.json` is a JSON list of `{"op": "encode"|"list_models"|"get_model", ...}`; an encode
-action has `model`, `items` (one item or a list) and optional `kwargs` for `SIEClient.encode`.
+`actions.json` is a JSON list of `{"op": "encode"|"score"|"extract"|"list_models"|"get_model", ...}`;
+encode and extract actions have `model`, `items` (one item or a list) and optional `kwargs` for the
+`SIEClient` call; a score action has `model`, `query`, `items` and optional `kwargs`.
 Prints one JSON list to stdout, one entry per action: `{"ok": true, "result": ..., "retries": n,
 "elapsed_s": s}` or `{"ok": false, "error": {"type", "types", "code", "status_code", "message"}}`.
 numpy arrays become `{"dtype": str, "shape": [...], "values": [...]}`.
@@ -40,6 +41,10 @@ def run_action(client: SIEClient, action: dict[str, Any]) -> Any:
     op = action["op"]
     if op == "encode":
         return client.encode(action["model"], action["items"], **action.get("kwargs", {}))
+    if op == "score":
+        return client.score(action["model"], action["query"], action["items"], **action.get("kwargs", {}))
+    if op == "extract":
+        return client.extract(action["model"], action["items"], **action.get("kwargs", {}))
     if op == "list_models":
         return client.list_models()
     if op == "get_model":
@@ -68,7 +73,7 @@ def main() -> int:
                         "message": str(exc),
                     },
                 }
-            if action["op"] == "encode":  # the SDK resets its retry count per encode call
+            if action["op"] in ("encode", "score", "extract"):  # the SDK resets its count per call
                 entry["retries"] = client.last_retry_count
             entry["elapsed_s"] = round(time.monotonic() - start, 3)
             out.append(entry)

@@ -171,3 +171,71 @@ def test_retries_while_model_loads(two_model_server: Server, reference: np.ndarr
     assert all(r["model"] == COPY for r in results)
     assert_close(np.stack([array(r["dense"]) for r in results]), reference)
     assert ok(after)["loaded"] is True
+
+
+def test_sdk_scores_extracts_and_reads_sparse_and_multivector(
+    families: tuple[Server, dict[str, Path]],
+) -> None:
+    """Every family through the real SDK, compared with the same server's own JSON answers."""
+    from tests.integration.families import COLBERT, GLINER, NER, NLI, RERANKER, SPLADE
+    from tests.integration.wire import encode, post
+
+    server, _ = families
+    docs = ["Blood pressure rises with salt.", "Paris is the capital of France.", "Exercise lowers it."]
+    query = "what raises blood pressure"
+    text = "Alice Smith flew from Paris to Berlin."
+    actions = [
+        {"op": "score", "model": RERANKER, "query": {"text": query}, "items": [{"text": d} for d in docs]},
+        {"op": "encode", "model": SPLADE, "items": {"text": query}, "kwargs": {"output_types": ["sparse"]}},
+        {
+            "op": "encode",
+            "model": COLBERT,
+            "items": {"text": query},
+            "kwargs": {"output_types": ["multivector"], "is_query": True},
+        },
+        {"op": "extract", "model": NER, "items": {"text": text}},
+        {"op": "extract", "model": GLINER, "items": {"text": text}, "kwargs": {"labels": ["person", "city"]}},
+        {"op": "extract", "model": NLI, "items": {"text": text}, "kwargs": {"labels": ["travel", "food"]}},
+        {"op": "extract", "model": GLINER, "items": {"text": text}},
+    ]
+    scored, sparse, multi, ner, spans, nli, no_labels = run_sdk(server.url, actions)
+
+    want_scores = post(
+        server.url,
+        f"/v1/score/{RERANKER}",
+        {"query": {"text": query}, "items": [{"text": d} for d in docs]},
+        as_json=True,
+    ).json()
+    got_scores = ok(scored)["scores"]
+    assert [(e["item_id"], e["rank"]) for e in got_scores] == [
+        (e["item_id"], e["rank"]) for e in want_scores["scores"]
+    ]
+    np.testing.assert_allclose(
+        [e["score"] for e in got_scores], [e["score"] for e in want_scores["scores"]], atol=1e-6
+    )
+
+    want_sparse = encode(
+        server.url, SPLADE, {"items": [{"text": query}], "params": {"output_types": ["sparse"]}}, as_json=True
+    ).json()["items"][0]["sparse"]
+    np.testing.assert_array_equal(array(ok(sparse)["sparse"]["indices"]), want_sparse["indices"])
+    np.testing.assert_allclose(array(ok(sparse)["sparse"]["values"]), want_sparse["values"], atol=1e-6)
+
+    body = {
+        "items": [{"text": query}],
+        "params": {"output_types": ["multivector"], "options": {"is_query": True}},
+    }
+    want_multi = encode(server.url, COLBERT, body, as_json=True).json()["items"][0]["multivector"]["values"]
+    np.testing.assert_allclose(array(ok(multi)["multivector"]), want_multi, atol=1e-6)
+
+    for entry, model, params in (
+        (ner, NER, {}),
+        (spans, GLINER, {"labels": ["person", "city"]}),
+        (nli, NLI, {"labels": ["travel", "food"]}),
+    ):
+        want = post(
+            server.url, f"/v1/extract/{model}", {"items": [{"text": text}], "params": params}, as_json=True
+        ).json()["items"][0]
+        [got] = ok(entry) if isinstance(ok(entry), list) else [ok(entry)]
+        assert got["entities"] == want["entities"] and got["classifications"] == want["classifications"]
+
+    assert not no_labels["ok"] and no_labels["error"]["status_code"] == 400

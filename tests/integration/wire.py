@@ -24,12 +24,15 @@ def from_msgpack_numpy(obj: Any) -> Any:
 def encode(
     url: str, model: str, body: dict[str, Any], *, as_json: bool, timeout: float = 60
 ) -> httpx.Response:
+    return post(url, f"/v1/encode/{model}", body, as_json=as_json, timeout=timeout)
+
+
+def post(url: str, path: str, body: dict[str, Any], *, as_json: bool, timeout: float = 60) -> httpx.Response:
+    """POST a JSON or msgpack body, asking for the same encoding back."""
     if as_json:
-        return httpx.post(
-            f"{url}/v1/encode/{model}", json=body, headers={"accept": "application/json"}, timeout=timeout
-        )
+        return httpx.post(f"{url}{path}", json=body, headers={"accept": "application/json"}, timeout=timeout)
     return httpx.post(
-        f"{url}/v1/encode/{model}",
+        f"{url}{path}",
         content=msgpack.packb(body, use_bin_type=True),
         headers={"content-type": MSGPACK, "accept": MSGPACK},
         timeout=timeout,

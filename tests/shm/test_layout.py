@@ -191,9 +191,7 @@ token_lists = st.lists(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40), 
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    items=token_lists, with_types=st.booleans(), with_aux=st.booleans(), req_id=st.integers(0, 2**64 - 1)
-)
+@given(items=token_lists, with_types=st.booleans(), with_aux=st.booleans(), req_id=st.integers(0, 2**64 - 1))
 def test_request_round_trip_property(
     items: list[list[int]], with_types: bool, with_aux: bool, req_id: int
 ) -> None:

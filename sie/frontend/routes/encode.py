@@ -1,17 +1,26 @@
-"""POST /v1/encode/{model}: decode, embed, postprocess, render."""
+"""POST /v1/encode/{model}: decode, embed, apply output dtypes, render."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.frontend.body import read_body
-from sie.frontend.pipeline import embed
+from sie.frontend.muvera import muvera_params
 from sie.frontend.postprocess import apply_output_dtype
-from sie.frontend.render import Timing, render_encode, timing_headers
+from sie.frontend.render import (
+    Timing,
+    dense_column,
+    multivector_column,
+    render_encode,
+    sparse_column,
+    timing_headers,
+)
 from sie.frontend.state import FrontendState
+from sie.frontend.tasks.encode import Embedded, EmbedOptions, embed, supported_outputs
 from sie.frontend.tokenize import format_text
 from sie.frontend.wire import (
     EncodeOptions,
@@ -19,6 +28,7 @@ from sie.frontend.wire import (
     EncodeRequest,
     decode_body,
     output_dtype_of,
+    output_types_of,
     validate_encode,
     wants_json,
 )
@@ -33,9 +43,10 @@ async def encode(request: Request) -> Response:
     req = decode_body(body, request.headers.get("content-type"), EncodeRequest)
     params = req.params or EncodeParams()
     options = params.options or EncodeOptions()
-    validate_encode(req, model=name, supported=config.output_types())
-    runtime = config.profile(options.profile if options.profile in config.profiles else None)
-    templates = runtime.adapter_options.runtime
+    profile = config.profile(options.profile if options.profile in config.profiles else None)
+    muvera = muvera_params(options.muvera, profile.adapter_options.runtime.muvera)
+    validate_encode(req, model=name, supported=supported_outputs(config, muvera))
+    templates = profile.adapter_options.runtime
     texts = [
         format_text(
             item.text or "",
@@ -46,25 +57,33 @@ async def encode(request: Request) -> Response:
         )
         for item in req.items
     ]
-    embedded = await embed(state, name, texts, profile=options.profile, normalize=options.normalize)
+    output_types = tuple(dict.fromkeys(output_types_of(req)))
+    embedded = await embed(
+        state,
+        name,
+        texts,
+        EmbedOptions(
+            output_types=output_types,
+            profile=options.profile,
+            normalize=options.normalize,
+            is_query=bool(options.is_query),
+            muvera=muvera,
+        ),
+    )
     post_started = time.perf_counter()
-    output_dtype = output_dtype_of(req)
-    values = apply_output_dtype(embedded.values, output_dtype)
     as_json = wants_json(request.headers.get("accept"))
-    postprocessing_ms = (time.perf_counter() - post_started) * 1000
+    columns = _columns(embedded, output_dtype_of(req), as_json)
     timing = Timing(
         total_ms=(time.perf_counter() - started) * 1000,
         queue_ms=embedded.queue_ms,
         tokenization_ms=embedded.tokenization_ms,
         inference_ms=embedded.inference_ms,
-        postprocessing_ms=postprocessing_ms,
+        postprocessing_ms=embedded.postprocessing_ms + (time.perf_counter() - post_started) * 1000,
     )
     content = render_encode(
         model=name,
         ids=[item.id for item in req.items],
-        dense=values,
-        output_dtype=output_dtype,
-        dims=embedded.values.shape[1],
+        columns=columns,
         timing=timing,
         input_tokens=embedded.input_tokens,
         as_json=as_json,
@@ -74,3 +93,21 @@ async def encode(request: Request) -> Response:
         headers=timing_headers(timing, state.server_version),
         media_type="application/json" if as_json else "application/msgpack",
     )
+
+
+def _columns(embedded: Embedded, output_dtype: str, as_json: bool) -> dict[str, list[dict[str, Any]]]:
+    """Each requested output in its wire dtype (sparse honours only float16, per the spec)."""
+    columns: dict[str, list[dict[str, Any]]] = {}
+    if embedded.dense is not None:
+        values = apply_output_dtype(embedded.dense, output_dtype)
+        columns["dense"] = dense_column(values, output_dtype, embedded.dense.shape[1], as_json)
+    if embedded.sparse is not None:
+        sparse = embedded.sparse
+        if output_dtype == "float16":
+            sparse = [(indices, values.astype("<f2")) for indices, values in sparse]
+        columns["sparse"] = sparse_column(sparse, embedded.sparse_dims, as_json)
+    if embedded.multivector is not None:
+        matrices = [apply_output_dtype(m, output_dtype) for m in embedded.multivector]
+        token_dims = embedded.multivector[0].shape[1] if embedded.multivector else 0
+        columns["multivector"] = multivector_column(matrices, output_dtype, token_dims, as_json)
+    return columns

@@ -1,4 +1,4 @@
-"""POST /v1/embeddings: the OpenAI embeddings API over the same dense path."""
+"""POST /v1/embeddings: the OpenAI embeddings API over the same encode task."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from starlette.responses import Response
 from sie.errors import InvalidInput, SieError
 from sie.frontend.body import read_body
 from sie.frontend.errors import openai_error_response
-from sie.frontend.pipeline import embed
 from sie.frontend.render import render_openai_embeddings
 from sie.frontend.state import FrontendState
+from sie.frontend.tasks.encode import EmbedOptions, embed
+from sie.frontend.tokenize import format_text
 from sie.frontend.wire import EmbeddingsRequest, decode_body
 
 
@@ -30,12 +31,25 @@ async def embeddings(request: Request) -> Response:
             raise InvalidInput(
                 f"Model '{req.model}' has {dim} dimensions; 'dimensions' must be {dim} or omitted"
             )
-        embedded = await embed(state, req.model, texts)
+        # OpenAI inputs are documents: the model's document template applies, as on /v1/encode.
+        runtime = config.profile().adapter_options.runtime
+        formatted = [
+            format_text(
+                text,
+                is_query=False,
+                instruction=None,
+                query_template=runtime.query_template,
+                doc_template=runtime.doc_template,
+            )
+            for text in texts
+        ]
+        embedded = await embed(state, req.model, formatted, EmbedOptions())
     except SieError as error:
         return openai_error_response(error)
+    assert embedded.dense is not None  # EmbedOptions() asks for dense, which the model has
     content = render_openai_embeddings(
         model=req.model,
-        dense=embedded.values,
+        dense=embedded.dense,
         encoding_format=req.encoding_format,
         prompt_tokens=embedded.input_tokens,
     )

@@ -8,7 +8,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sie.frontend.wire import EmbeddingsRequest, EncodeRequest
+from sie.frontend.wire import EmbeddingsRequest, EncodeRequest, ExtractRequest, RerankRequest, ScoreRequest
 
 _ERROR = {
     "type": "object",
@@ -45,7 +45,8 @@ def _operation(summary: str, request_ref: str | None, media: list[str], tag: str
 
 def build_openapi(version: str) -> bytes:
     (_, components) = msgspec.json.schema_components(
-        [EncodeRequest, EmbeddingsRequest], ref_template="#/components/schemas/{name}"
+        [EncodeRequest, ScoreRequest, ExtractRequest, EmbeddingsRequest, RerankRequest],
+        ref_template="#/components/schemas/{name}",
     )
     components["Error"] = _ERROR
     model_param = {
@@ -55,10 +56,12 @@ def build_openapi(version: str) -> bytes:
         "schema": {"type": "string"},
         "description": "raw model id, slashes included, not URL-escaped",
     }
-    encode = _operation(
-        "Dense embeddings", "EncodeRequest", ["application/msgpack", "application/json"], "encode"
-    )
-    encode["parameters"] = [model_param]
+    both = ["application/msgpack", "application/json"]
+    encode = _operation("Dense, sparse and multi-vector embeddings", "EncodeRequest", both, "encode")
+    score = _operation("Score (rerank) items against a query", "ScoreRequest", both, "score")
+    extract = _operation("Entities and classifications", "ExtractRequest", both, "extract")
+    for operation in (encode, score, extract):
+        operation["parameters"] = [model_param]
     get_model = _operation("One model's state", None, ["application/json"], "models")
     get_model["parameters"] = [model_param]
     doc = {
@@ -66,6 +69,11 @@ def build_openapi(version: str) -> bytes:
         "info": {"title": "sie", "version": version},
         "paths": {
             "/v1/encode/{model}": {"post": encode},
+            "/v1/score/{model}": {"post": score},
+            "/v1/extract/{model}": {"post": extract},
+            "/v1/rerank": {
+                "post": _operation("Cohere-style rerank", "RerankRequest", ["application/json"], "rerank")
+            },
             "/v1/embeddings": {
                 "post": _operation("OpenAI embeddings", "EmbeddingsRequest", ["application/json"], "openai")
             },

@@ -1,0 +1,60 @@
+"""POST /v1/extract/{model}: entities and classifications per item, all five result keys always."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sie.frontend.body import read_body
+from sie.frontend.render import Timing, render_extract, timing_headers
+from sie.frontend.state import FrontendState
+from sie.frontend.tasks.extract import Extracted, ExtractJob, check_extraction, extract
+from sie.frontend.wire import ExtractParams, ExtractRequest, decode_body, validate_items, wants_json
+
+
+async def extract_route(request: Request) -> Response:
+    started = time.perf_counter()
+    state: FrontendState = request.app.state.sie
+    name = request.path_params["model"]
+    _, config = state.model(name)
+    body = await read_body(request, state.settings.max_request_body_bytes)
+    req = decode_body(body, request.headers.get("content-type"), ExtractRequest)
+    params = req.params or ExtractParams()
+    check_extraction(config, name, params.labels)
+    validate_items(req.items, model=name)
+    options = params.options or {}
+    profile = options.get("profile") if isinstance(options.get("profile"), str) else None
+    # Offsets of entities point into the item's own text, so no instruction or template is applied.
+    texts = [item.text or "" for item in req.items]
+    job = ExtractJob(texts=texts, labels=params.labels, options=options, profile=profile)
+    extracted = await extract(state, name, job)
+    as_json = wants_json(request.headers.get("accept"))
+    content = render_extract(model=name, items=_items(req.items, extracted), as_json=as_json)
+    timing = Timing(
+        total_ms=(time.perf_counter() - started) * 1000,
+        queue_ms=extracted.queue_ms,
+        tokenization_ms=extracted.tokenization_ms,
+        inference_ms=extracted.inference_ms,
+    )
+    return Response(
+        content,
+        headers=timing_headers(timing, state.server_version),
+        media_type="application/json" if as_json else "application/msgpack",
+    )
+
+
+def _items(items: list[Any], extracted: Extracted) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": item.id,
+            "entities": extracted.entities[i],
+            "relations": [],
+            "classifications": extracted.classifications[i],
+            "objects": [],
+            "data": {},
+        }
+        for i, item in enumerate(items)
+    ]

@@ -1,0 +1,187 @@
+"""The extract task: entities and classifications from text, whatever family the model is.
+
+- token_classification: a tagger's per-token logits, merged into character spans here;
+- gliner: zero-shot spans for the request's labels (prompt built here, spans decoded here);
+- nli_zero_shot: each (text, "This example is {label}.") pair through an NLI cross-encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sie.errors import InvalidInput
+from sie.frontend.entities import DEFAULT_IGNORE_LABELS, aggregate_simple, id2label_of
+from sie.frontend.gliner import GlinerPrompts, decode
+from sie.frontend.pipeline import Submitted, admit, config_key, submit, tokenize
+from sie.frontend.state import FrontendState
+from sie.frontend.zero_shot import classify, entailment_index, nli_pairs
+from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.shm.layout import Op, ResultKind
+
+_NEEDS_LABELS = frozenset({"gliner", "nli_zero_shot"})
+DEFAULT_GLINER_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractJob:
+    texts: list[str]
+    labels: list[str] | None
+    options: dict[str, Any]
+    profile: str | None = None
+
+
+@dataclass(slots=True)
+class Extracted:
+    """Per item: entities and classifications (the other response keys stay empty for text)."""
+
+    entities: list[list[dict[str, Any]]]
+    classifications: list[list[dict[str, Any]]]
+    input_tokens: int = 0
+    tokenization_ms: float = 0.0
+    queue_ms: float = 0.0
+    inference_ms: float = 0.0
+
+
+def check_extraction(config: ModelConfig, name: str, labels: list[str] | None) -> None:
+    if not config.supports_extract():
+        raise InvalidInput(f"Model '{name}' does not support extraction")
+    if config.family in _NEEDS_LABELS and not labels:
+        raise InvalidInput(f"Model '{name}' is a zero-shot model: params.labels must list at least one label")
+    if labels and any(not label.strip() for label in labels):
+        raise InvalidInput("params.labels must not contain empty labels")
+
+
+async def extract(state: FrontendState, name: str, job: ExtractJob) -> Extracted:
+    _, config = state.model(name)
+    check_extraction(config, name, job.labels)
+    run = _FAMILY_RUNNERS[config.family]
+    return await run(state, name, config, job)
+
+
+async def _token_classification(
+    state: FrontendState, name: str, config: ModelConfig, job: ExtractJob
+) -> Extracted:
+    slot, _ = admit(state, name, len(job.texts), job.profile)
+    tokenizer = state.tokenizers.get(config)
+    (encoded, offsets), tokenization_ms = await tokenize(
+        lambda: tokenizer.encode_with_offsets(job.texts), len(job.texts)
+    )
+    submitted = await _submit(state, slot, config, job, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
+    id2label = state.tokenizers.derived(
+        config, "id2label", lambda _: id2label_of(resolve_weights_dir(config))
+    )
+    runtime = config.profile(job.profile).adapter_options.runtime
+    ignore = set(runtime.ignore_labels or DEFAULT_IGNORE_LABELS)
+    # A tagger has no threshold of its own (transformers' pipeline keeps every span); one applies
+    # only when the request or the model config asks.
+    threshold = _threshold(job.options, runtime.threshold, default=0.0)
+    logits = submitted.results.ragged[ResultKind.TOKEN_SCORES]
+    entities = [
+        [
+            entity
+            for entity in aggregate_simple(
+                logits[i], offsets[i], text, id2label, ignore, join_touching=runtime.join_touching
+            )
+            if entity["score"] >= threshold
+        ]
+        for i, text in enumerate(job.texts)
+    ]
+    return _extracted(submitted, entities=entities)
+
+
+async def _gliner(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+    labels = job.labels or []
+    configured = config.profile(job.profile).adapter_options.runtime.threshold
+    threshold = _threshold(job.options, configured, default=DEFAULT_GLINER_THRESHOLD)
+    slot, _ = admit(state, name, len(job.texts), job.profile)
+    prompts = state.tokenizers.derived(config, "gliner", lambda tok: GlinerPrompts.for_model(tok, config))
+    (encoded, words), tokenization_ms = await tokenize(
+        lambda: prompts.encode(job.texts, labels), len(job.texts)
+    )
+    submitted = await _submit(state, slot, config, job, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
+    scores = submitted.results.ragged[ResultKind.TOKEN_SCORES]
+    entities = [
+        decode(scores[i], len(words[i]), labels, words[i], text, threshold)
+        for i, text in enumerate(job.texts)
+    ]
+    return _extracted(submitted, entities=entities)
+
+
+async def _nli_zero_shot(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+    labels = job.labels or []
+    runtime = config.profile(job.profile).adapter_options.runtime
+    multi_label = job.options.get("multi_label", False)
+    if not isinstance(multi_label, bool):
+        raise InvalidInput("options.multi_label must be a boolean")
+    template = job.options.get("hypothesis_template", runtime.hypothesis_template)
+    if not isinstance(template, str):
+        raise InvalidInput("options.hypothesis_template must be a string")
+    premises, hypotheses = nli_pairs(job.texts, labels, template)
+    slot, _ = admit(state, name, len(premises), job.profile)
+    tokenizer = state.tokenizers.get(config)
+    encoded, tokenization_ms = await tokenize(
+        lambda: tokenizer.encode_pairs(premises, hypotheses), len(premises)
+    )
+    submitted = await _submit(state, slot, config, job, encoded, tokenization_ms, ResultKind.SCORES)
+    entail, contradiction = state.tokenizers.derived(
+        config,
+        f"entailment:{runtime.entailment_label}",
+        lambda _: entailment_index(resolve_weights_dir(config), runtime.entailment_label),
+    )
+    logits = submitted.results.rows[ResultKind.SCORES]
+    classifications = classify(logits, len(labels), labels, entail, contradiction, multi_label)
+    return _extracted(submitted, classifications=classifications, n_items=len(job.texts))
+
+
+async def _submit(
+    state: FrontendState,
+    slot: int,
+    config: ModelConfig,
+    job: ExtractJob,
+    encoded: Any,
+    tokenization_ms: float,
+    kind: ResultKind,
+) -> Submitted:
+    return await submit(
+        state,
+        slot,
+        encoded,
+        op=Op.EXTRACT,
+        kinds={kind},
+        key=config_key(job.profile or config.default_profile_name),
+        tokenization_ms=tokenization_ms,
+    )
+
+
+def _extracted(
+    submitted: Submitted,
+    *,
+    entities: list[list[dict[str, Any]]] | None = None,
+    classifications: list[list[dict[str, Any]]] | None = None,
+    n_items: int | None = None,
+) -> Extracted:
+    n = n_items if n_items is not None else len(entities or classifications or [])
+    return Extracted(
+        entities=entities if entities is not None else [[] for _ in range(n)],
+        classifications=classifications if classifications is not None else [[] for _ in range(n)],
+        input_tokens=submitted.input_tokens,
+        tokenization_ms=submitted.tokenization_ms,
+        queue_ms=submitted.queue_ms,
+        inference_ms=submitted.inference_ms,
+    )
+
+
+def _threshold(options: dict[str, Any], configured: float | None, *, default: float) -> float:
+    value = options.get("threshold", configured if configured is not None else default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise InvalidInput("options.threshold must be a number between 0 and 1")
+    return float(value)
+
+
+_FAMILY_RUNNERS: dict[str, Callable[[FrontendState, str, ModelConfig, ExtractJob], Awaitable[Extracted]]] = {
+    "token_classification": _token_classification,
+    "gliner": _gliner,
+    "nli_zero_shot": _nli_zero_shot,
+}

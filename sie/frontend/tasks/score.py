@@ -1,0 +1,100 @@
+"""The score task: one query against many items, for cross-encoders and late-interaction models.
+
+A cross-encoder reads each (query, item) pair in one forward and gives logits, activated here the
+way sentence-transformers' CrossEncoder does. A ColBERT-style model embeds the query and the items
+as token matrices and scores them by MaxSim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sie.errors import InvalidInput
+from sie.frontend.colbert import maxsim
+from sie.frontend.pipeline import admit, config_key, submit, tokenize
+from sie.frontend.scoring import activation_of, item_scores
+from sie.frontend.state import FrontendState
+from sie.frontend.tasks.encode import EmbedOptions, embed
+from sie.model_config import CROSS_ENCODER_FAMILIES, ModelConfig, resolve_weights_dir
+from sie.shm.layout import Op, ResultKind
+
+MAX_SCORE_ITEMS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    scores: np.ndarray  # float per item, request order
+    input_tokens: int
+    tokenization_ms: float
+    queue_ms: float
+    inference_ms: float
+
+
+def check_scoring(config: ModelConfig, name: str) -> None:
+    if config.supports_score():
+        return
+    raise InvalidInput(
+        f"Model '{name}' does not support scoring. Use a reranker (cross-encoder) or a multi-vector model."
+    )
+
+
+def check_item_count(n_items: int) -> None:
+    if n_items == 0:
+        raise InvalidInput("items must not be empty")
+    if n_items > MAX_SCORE_ITEMS:
+        raise InvalidInput(f"Too many items: {n_items}; at most {MAX_SCORE_ITEMS} can be scored at once")
+
+
+async def score(
+    state: FrontendState, name: str, query: str, items: list[str], *, profile: str | None = None
+) -> Scored:
+    _, config = state.model(name)
+    check_scoring(config, name)
+    check_item_count(len(items))
+    if config.family in CROSS_ENCODER_FAMILIES:
+        return await _cross_encode(state, name, query, items, profile)
+    return await _late_interaction(state, name, query, items, profile)
+
+
+async def _cross_encode(
+    state: FrontendState, name: str, query: str, items: list[str], profile: str | None
+) -> Scored:
+    slot, config = admit(state, name, len(items), profile)
+    tokenizer = state.tokenizers.get(config)
+    encoded, tokenization_ms = await tokenize(
+        lambda: tokenizer.encode_pairs([query] * len(items), items), len(items)
+    )
+    submitted = await submit(
+        state,
+        slot,
+        encoded,
+        op=Op.SCORE,
+        kinds={ResultKind.SCORES},
+        key=config_key(profile or config.default_profile_name),
+        tokenization_ms=tokenization_ms,
+    )
+    configured = config.profile(profile).adapter_options.runtime.activation
+    activation = state.tokenizers.derived(
+        config, f"activation:{configured}", lambda _: activation_of(resolve_weights_dir(config), configured)
+    )
+    scores = item_scores(submitted.results.rows[ResultKind.SCORES], activation)
+    return Scored(scores, submitted.input_tokens, tokenization_ms, submitted.queue_ms, submitted.inference_ms)
+
+
+async def _late_interaction(
+    state: FrontendState, name: str, query: str, items: list[str], profile: str | None
+) -> Scored:
+    vectors = EmbedOptions(output_types=("multivector",), profile=profile, normalize=True)
+    query_side = await embed(state, name, [query], replace(vectors, is_query=True))
+    item_side = await embed(state, name, items, vectors)
+    assert query_side.multivector is not None and item_side.multivector is not None
+    scores = maxsim(query_side.multivector[0], item_side.multivector)
+    return Scored(
+        np.asarray(scores, np.float32),
+        query_side.input_tokens + item_side.input_tokens,
+        query_side.tokenization_ms + item_side.tokenization_ms,
+        max(query_side.queue_ms, item_side.queue_ms),
+        query_side.inference_ms + item_side.inference_ms,
+    )

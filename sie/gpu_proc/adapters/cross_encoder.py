@@ -1,0 +1,89 @@
+"""Cross-encoders: one sequence-classification forward per (query, document) pair, raw logits out.
+
+The same forward serves rerankers (`cross_encoder`) and NLI zero-shot classifiers
+(`nli_zero_shot`): both are `AutoModelForSequenceClassification` models (BERT, RoBERTa/XLM-R,
+ModernBERT, ...) fed text pairs. Activations, ranking and label reading happen in the frontend
+(`sie.frontend.scoring`, `sie.frontend.zero_shot`), so the adapter returns the logits untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.common import (
+    compute_dtype,
+    from_pretrained,
+    place,
+    release,
+    rows_output,
+    tensor_bytes,
+)
+from sie.gpu_proc.adapters.dense import takes_token_types
+from sie.gpu_proc.outputs import Output
+from sie.shm.layout import ResultKind
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from sie.model_config import ModelConfig
+
+
+class CrossEncoderAdapter:
+    kinds = frozenset({ResultKind.SCORES})
+
+    def __init__(self, model: PreTrainedModel, *, name: str) -> None:
+        self.name = name
+        self.device = model.device
+        self.dtype = model.dtype
+        self.num_labels = int(model.config.num_labels or 1)
+        self.pad_token_id = int(model.config.pad_token_id or 0)
+        self._model: PreTrainedModel | None = model
+        self._takes_token_types = takes_token_types(model)
+        # Encoder-decoder classifiers (BART-MNLI) would otherwise build a key/value cache per call.
+        self._takes_use_cache = "use_cache" in inspect.signature(model.forward).parameters
+        self._memory_bytes = tensor_bytes(model)
+
+    @classmethod
+    def load(
+        cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
+    ) -> CrossEncoderAdapter:
+        from transformers import AutoModelForSequenceClassification  # deferred: slow import
+
+        chosen = config.profile(profile)
+        torch_device = torch.device(device)
+        dtype = compute_dtype(torch_device, chosen.compute_precision)
+        model = from_pretrained(AutoModelForSequenceClassification, weights_dir, dtype)
+        place(model, torch_device)
+        return cls(model, name=config.sie_id)
+
+    def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
+        logits = self.forward_logits(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
+        return {ResultKind.SCORES: rows_output(ResultKind.SCORES, logits)}
+
+    def forward_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Raw classifier logits [n, num_labels] (float32 once `rows_output` converts them)."""
+        if self._model is None:
+            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        extra: dict[str, Any] = {}
+        if token_type_ids is not None and self._takes_token_types:
+            extra["token_type_ids"] = token_type_ids
+        if self._takes_use_cache:
+            extra["use_cache"] = False
+        with torch.inference_mode():
+            output = self._model(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        logits: torch.Tensor = output.logits
+        return logits
+
+    def memory_bytes(self) -> int:
+        return self._memory_bytes if self._model is not None else 0
+
+    def close(self) -> None:
+        self._model = None
+        release(self.device)

@@ -1,0 +1,97 @@
+"""SPLADE learned sparse encoders: a masked-LM head read as one weight per vocabulary term.
+
+weight[term] = max over the item's tokens of log(1 + relu(logit[token, term])). The result is the
+item's non-zero terms, as (vocabulary index, weight) pairs in ascending index order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.common import compute_dtype, from_pretrained, place, release, tensor_bytes
+from sie.gpu_proc.adapters.dense import takes_token_types
+from sie.gpu_proc.outputs import Output
+from sie.shm.layout import ResultKind
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from sie.model_config import ModelConfig
+
+
+class SpladeAdapter:
+    kinds = frozenset({ResultKind.SPARSE})
+
+    def __init__(self, model: PreTrainedModel, *, name: str) -> None:
+        self.name = name
+        self.device = model.device
+        self.dtype = model.dtype
+        self.vocab_size = int(model.config.vocab_size)
+        self.pad_token_id = int(model.config.pad_token_id or 0)
+        self._model: PreTrainedModel | None = model
+        self._takes_token_types = takes_token_types(model)
+        self._memory_bytes = tensor_bytes(model)
+
+    @classmethod
+    def load(
+        cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
+    ) -> SpladeAdapter:
+        from transformers import AutoModelForMaskedLM  # deferred: importing transformers is slow
+
+        chosen = config.profile(profile)
+        torch_device = torch.device(device)
+        dtype = compute_dtype(torch_device, chosen.compute_precision)
+        model = from_pretrained(AutoModelForMaskedLM, weights_dir, dtype)
+        place(model, torch_device)
+        return cls(model, name=config.sie_id)
+
+    def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
+        # `inputs.is_query` is ignored on purpose: SPLADE-tiny (like SPLADE v2/v3 "ensembledistil")
+        # encodes queries and documents with the same model and the same formula.
+        weights = self.term_weights(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
+        return {ResultKind.SPARSE: sparse_output(weights)}
+
+    def term_weights(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """[n, vocab] term weights, >= 0, on the device, in the model's dtype."""
+        if self._model is None:
+            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        extra = {}
+        if token_type_ids is not None and self._takes_token_types:
+            extra["token_type_ids"] = token_type_ids
+        with torch.inference_mode():
+            logits = self._model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+            # relu and log1p are monotone, so max(log1p(relu(x))) = log1p(relu(max(x))): taking
+            # the max first runs them on [n, vocab] instead of [n, L, vocab]. The padding is
+            # filled in place, since the logits are by far the largest tensor of the batch.
+            padding = (attention_mask == 0).unsqueeze(-1)
+            best = logits.masked_fill_(padding, float("-inf")).amax(dim=1)
+            return best.relu_().log1p_()
+
+    def memory_bytes(self) -> int:
+        return self._memory_bytes if self._model is not None else 0
+
+    def close(self) -> None:
+        self._model = None
+        release(self.device)
+
+
+def sparse_output(weights: torch.Tensor) -> Output:
+    """[n, vocab] weights -> ragged SPARSE Output of each row's non-zero terms, ascending index.
+
+    One `nonzero` over the whole matrix on the device: it walks rows in order and columns in order
+    within a row, so the pairs come out grouped by item with ascending indices, and only the pairs
+    (not the n x vocab matrix) cross to the host.
+    """
+    rows, cols = weights.nonzero(as_tuple=True)
+    values = weights[rows, cols].float().cpu().numpy()
+    counts = torch.bincount(rows, minlength=weights.shape[0]).cpu().numpy()
+    offsets = np.zeros(weights.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return Output(ResultKind.SPARSE, values, offsets, cols.to(torch.int32).cpu().numpy())

@@ -1,0 +1,62 @@
+"""One real server holding a tiny random-weight model of every family, for the end-to-end tests.
+
+Each model is built by its family's builder in `tests.tiny_models`, described by a YAML file in a
+fresh models directory, and preloaded, so the tests meet no MODEL_LOADING.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.tiny_models.colbert import make_colbert, model_yaml_colbert
+from tests.tiny_models.cross_encoder import make_cross_encoder, model_yaml_cross_encoder
+from tests.tiny_models.gliner import make_gliner, model_yaml_gliner
+from tests.tiny_models.hybrid import make_hybrid, model_yaml_hybrid
+from tests.tiny_models.nli import make_nli, model_yaml_nli
+from tests.tiny_models.splade import make_splade, model_yaml_splade
+from tests.tiny_models.token_classification import (
+    make_token_classification,
+    model_yaml_token_classification,
+)
+
+RERANKER = "tiny/reranker"
+SPLADE = "tiny/splade"
+COLBERT = "tiny/colbert"
+HYBRID = "tiny/hybrid"
+NER = "tiny/ner"
+GLINER = "tiny/gliner"
+NLI = "tiny/nli"
+DENSE = "sentence-transformers/all-MiniLM-L6-v2"
+
+Builder = tuple[Callable[[Path], Path], Callable[[str, Path], dict[str, Any]]]
+BUILDERS: dict[str, Builder] = {
+    RERANKER: (make_cross_encoder, model_yaml_cross_encoder),
+    SPLADE: (make_splade, model_yaml_splade),
+    COLBERT: (make_colbert, model_yaml_colbert),
+    HYBRID: (make_hybrid, model_yaml_hybrid),
+    NER: (make_token_classification, model_yaml_token_classification),
+    GLINER: (make_gliner, model_yaml_gliner),
+    NLI: (make_nli, model_yaml_nli),
+}
+
+
+def build_models_dir(root: Path) -> tuple[Path, dict[str, Path]]:
+    """Weights folders under root/weights, YAML files under root/models (plus the built-in MiniLM)."""
+    from sie.model_config import BUILTIN_MODELS_DIR
+
+    models_dir = root / "models"
+    models_dir.mkdir(parents=True)
+    folders: dict[str, Path] = {}
+    for sie_id, (make, describe) in BUILDERS.items():
+        folder = make(root / "weights" / sie_id.replace("/", "__"))
+        folders[sie_id] = folder
+        (models_dir / f"{sie_id.replace('/', '__')}.yaml").write_text(
+            yaml.safe_dump(describe(sie_id, folder))
+        )
+    builtin = BUILTIN_MODELS_DIR / "sentence-transformers__all-MiniLM-L6-v2.yaml"
+    (models_dir / builtin.name).write_text(builtin.read_text())
+    return models_dir, folders
