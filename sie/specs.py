@@ -20,3 +20,4 @@ class FrontendSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     supervisor_pid: int
     eventfd: int  # this frontend's wakeup, inherited
     listen_fd: int  # the shared listening socket, inherited
+    device_names: list[str] = []  # "cpu" or "cuda:N" per device index, for /v1/models

@@ -32,7 +32,12 @@ def test_lists_split_on_commas() -> None:
 
 @pytest.mark.parametrize(
     ("cli", "message"),
-    [({"port": "eighty"}, "port"), ({"frontends": "0"}, "frontends"), ({"log_format": "xml"}, "log_format")],
+    [
+        ({"port": "eighty"}, "port"),
+        ({"frontends": "0"}, "frontends"),
+        ({"log_format": "xml"}, "log_format"),
+        ({"drain_delay_s": "-1"}, "drain_delay_s"),
+    ],
 )
 def test_invalid_values_are_rejected(cli: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -50,3 +55,8 @@ def test_every_field_has_an_env_twin() -> None:
         if value is None:
             continue
         assert getattr(load_settings({}, {env_name(field): value}), field) == 7
+
+
+def test_drain_delay_defaults_to_none_and_reads_its_env_twin() -> None:
+    assert load_settings({}, {}).drain_delay_s == 0.0
+    assert load_settings({}, {"SIE_DRAIN_DELAY_S": "3"}).drain_delay_s == 3.0

@@ -30,7 +30,7 @@ from sie.errors import (
     SieError,
 )
 from sie.frontend.results import ResultAssembler, Results
-from sie.shm.control import ControlBlock, DeviceState, ModelState
+from sie.shm.control import ControlBlock, DeviceState, ModelState, ModelUsage
 from sie.shm.doorbell import Doorbell, EventFd
 from sie.shm.layout import (
     Op,
@@ -98,11 +98,21 @@ class DeviceLink:
         self.doorbell.close()
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One device's hold on one model, for /v1/models."""
+
+    device: str  # "cpu", "cuda:0"
+    state: ModelState
+    usage: ModelUsage
+
+
 class Devices(Protocol):
     """What the HTTP layer needs from the device side; tests substitute a fake."""
 
     def is_draining(self) -> bool: ...
     def model_state(self, slot: int) -> ModelState: ...
+    def placements(self, slot: int) -> list[Placement]: ...
     def model_error(self, slot: int) -> str: ...
     def is_ready(self, preload_slots: list[int]) -> bool: ...
     def request_load(self, slot: int) -> None: ...
@@ -117,8 +127,10 @@ class DeviceClient:
         frontend: int,
         wake: EventFd,
         request_timeout_s: float = 300.0,
+        device_names: list[str] | None = None,
     ) -> None:
         self.namespace = namespace
+        self.device_names = device_names or [f"device{d}" for d in range(control.n_devices)]
         self.request_timeout_s = request_timeout_s
         self.control = control
         self.frontend = frontend
@@ -163,6 +175,14 @@ class DeviceClient:
                 return state
         return ModelState.AVAILABLE
 
+    def placements(self, slot: int) -> list[Placement]:
+        """Where a model is loading, loaded or failed, on devices that are up."""
+        return [
+            Placement(self.device_names[d], state, self.control.model_usage(d, slot))
+            for d in self._up_devices()
+            if (state := self.control.model_state(d, slot)) != ModelState.AVAILABLE
+        ]
+
     def model_error(self, slot: int) -> str:
         for device in range(self.control.n_devices):
             if error := self.control.model_error(device, slot):
@@ -170,10 +190,18 @@ class DeviceClient:
         return ""
 
     def is_ready(self, preload_slots: list[int]) -> bool:
-        up = self._up_devices()
-        if self.control.is_draining or len(up) != self.control.n_devices:
+        """Ready for a balancer: started, not leaving, and some device can serve right now.
+
+        Never a function of load: an overloaded server answers its clients 503 QUEUE_FULL itself.
+        A balancer that took it out instead would move its models to a neighbour (cold loads there).
+        """
+        control = self.control
+        if not control.is_started or control.is_leaving or control.is_draining:
             return False
-        return all(self.control.model_state(d, s) == ModelState.LOADED for d in up for s in preload_slots)
+        return any(
+            all(control.model_state(d, s) == ModelState.LOADED for s in preload_slots)
+            for d in self._up_devices()
+        )
 
     # -- submitting ----------------------------------------------------------------------------------
     def request_load(self, slot: int) -> None:

@@ -48,7 +48,14 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
     catalog = load_catalog(settings.models_dir, settings.models)
-    client = DeviceClient(namespace, control, spec.index, EventFd(spec.eventfd), settings.request_timeout_s)
+    client = DeviceClient(
+        namespace,
+        control,
+        spec.index,
+        EventFd(spec.eventfd),
+        settings.request_timeout_s,
+        device_names=spec.device_names,
+    )
     state = FrontendState(
         settings=settings,
         catalog=catalog,

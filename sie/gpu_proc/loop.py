@@ -41,6 +41,9 @@ IDLE_WAIT_S = 0.25
 # behind it would be small and sealed too soon, and the inference thread runs one batch at a time
 # anyway, so queueing buys no overlap (measured at 32 clients on 2 cores: 84 -> ~105 items/s).
 PIPELINE_DEPTH = 1
+# How often per-model queue depths go to the control block (for /v1/models): often enough to watch
+# a burst, rarely enough that a busy loop does not write shared memory per message.
+QUEUE_DEPTH_EVERY_S = 0.005
 
 
 @dataclass(slots=True)
@@ -84,6 +87,8 @@ class DeviceLoop:
         self.supervisor_pid = supervisor_pid
         self.pairs: dict[int, RingPair] = {}
         self.stopping = False
+        self._depths_due_s = 0.0
+        self._depths_zero = True
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -94,6 +99,7 @@ class DeviceLoop:
             self._publish(self.inference.take_finished())
             self._dispatch()
             self._flush_overflow()
+            self._publish_queue_depths(time.monotonic())
             if os.getppid() != self.supervisor_pid:
                 log.error("supervisor is gone; device exits")
                 return
@@ -117,6 +123,19 @@ class DeviceLoop:
             if deadline is not None:
                 return min(max(deadline, 0.0), IDLE_WAIT_S)
         return IDLE_WAIT_S
+
+    def _publish_queue_depths(self, now: float) -> None:
+        """Pending items per model into the control block; the zeros go out at once once idle."""
+        if len(self.batcher) == 0:
+            if self._depths_zero:
+                return
+        elif now < self._depths_due_s:
+            return
+        n_models = len(self.registry.catalog)
+        depths = np.fromiter((self.batcher.pending_items(s) for s in range(n_models)), np.uint32, n_models)
+        self.control.set_queue_depths(self.device_index, depths)
+        self._depths_due_s = now + QUEUE_DEPTH_EVERY_S
+        self._depths_zero = len(self.batcher) == 0
 
     # -- rings -----------------------------------------------------------------------------------
     def _refresh_pairs(self) -> None:

@@ -1,9 +1,11 @@
 """The control block: one small shared segment with the state every process needs to see.
 
 Each field has one writer at a time:
-- the supervisor writes `draining`, each device's `generation`, the DOWN/STARTING device states
-  (only while that device process is not running), every ring pair's generation and frontend pids;
-- a device process writes its own UP state, heartbeat and its per-model states and errors.
+- the supervisor writes `started`, `leaving`, `draining`, each device's `generation`, the
+  DOWN/STARTING device states (only while that device process is not running), every ring pair's
+  generation and frontend pids;
+- a device process writes its own UP state, heartbeat, and its per-model states, errors, memory,
+  last use and queue depth.
 Frontends only read. The names of the rings (which embed generations) are the truth; this block is
 how a process learns that a name changed, cheaply, on every request.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import time
+from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
@@ -20,7 +23,10 @@ import posix_ipc
 
 from sie.shm.layout import LAYOUT_VERSION
 
-MAGIC = 0x5349_4543_544C_0001  # "SIECTL" + 1
+# "SIECTL" + the block's own version. Bump the last digits with any change to HEADER, DEVICE or MODEL:
+# a process from another build then refuses to attach instead of reading fields at wrong offsets.
+# (The version field holds LAYOUT_VERSION, the ring message format, which this block shares.)
+MAGIC = 0x5349_4543_544C_0002
 ERROR_BYTES = 240
 
 
@@ -39,6 +45,15 @@ class ModelState(IntEnum):
     UNLOADING = 4
 
 
+@dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """What one device reports about one model besides its state."""
+
+    memory_bytes: int
+    last_used_ns: int  # time.monotonic_ns() of the last admitted request (or the load); 0: never
+    queue_depth: int
+
+
 HEADER = np.dtype(
     [
         ("magic", "<u8"),
@@ -47,7 +62,9 @@ HEADER = np.dtype(
         ("n_frontends", "<u4"),
         ("n_models", "<u4"),
         ("draining", "<u4"),
-        ("_pad", "V36"),
+        ("started", "<u4"),  # the first time every device was up with its preloads (systemd READY)
+        ("leaving", "<u4"),  # told to stop: not ready for balancers, still serving (drain delay)
+        ("_pad", "V28"),
     ]
 )
 DEVICE = np.dtype(
@@ -65,7 +82,9 @@ MODEL = np.dtype(
         ("state", "<u4"),
         ("error_len", "<u4"),
         ("memory_bytes", "<u8"),
-        ("last_used_ns", "<u8"),
+        ("last_used_ns", "<u8"),  # time.monotonic_ns(): one clock for every process on the box
+        ("queue_depth", "<u4"),  # items waiting in the batcher, refreshed every few ms
+        ("_pad", "V4"),
         ("error", f"V{ERROR_BYTES}"),
     ]
 )
@@ -142,6 +161,14 @@ class ControlBlock:
     def is_draining(self) -> bool:
         return bool(self.header["draining"][0])
 
+    @property
+    def is_started(self) -> bool:
+        return bool(self.header["started"][0])
+
+    @property
+    def is_leaving(self) -> bool:
+        return bool(self.header["leaving"][0])
+
     def device_state(self, device: int) -> DeviceState:
         return DeviceState(int(self.devices["state"][device]))
 
@@ -159,9 +186,21 @@ class ControlBlock:
         raw = bytes(record["error"])[: int(record["error_len"])]
         return raw.decode(errors="replace")
 
+    def model_usage(self, device: int, slot: int) -> ModelUsage:
+        record = self.models[device, slot]
+        return ModelUsage(
+            int(record["memory_bytes"]), int(record["last_used_ns"]), int(record["queue_depth"])
+        )
+
     # -- writers (see the module docstring for who may call which) -----------------------------
     def set_draining(self) -> None:
         self.header["draining"] = 1
+
+    def set_started(self) -> None:
+        self.header["started"] = 1
+
+    def set_leaving(self) -> None:
+        self.header["leaving"] = 1
 
     def set_device_state(self, device: int, state: DeviceState) -> None:
         self.devices["state"][device] = int(state)
@@ -192,6 +231,10 @@ class ControlBlock:
 
     def touch_model(self, device: int, slot: int) -> None:
         self.models["last_used_ns"][device, slot] = time.monotonic_ns()
+
+    def set_queue_depths(self, device: int, depths: np.ndarray) -> None:
+        """One device's pending items per model slot, all at once (the loop calls this, throttled)."""
+        self.models["queue_depth"][device, : len(depths)] = depths
 
     def close(self) -> None:
         self._views.clear()

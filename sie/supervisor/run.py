@@ -3,6 +3,11 @@
 The supervisor never imports torch, starlette or hypercorn: it only owns names, file descriptors
 and processes. It waits on one self-pipe that signal handlers write to (SIGCHLD, SIGTERM, SIGINT),
 so a dead child is seen within milliseconds and a restart never waits on a poll interval.
+
+Stopping has two phases. SIGTERM first marks the server as leaving: `/readyz` answers 503 at once
+while requests are still served for `drain_delay_s`, so a balancer's health check takes it out of
+rotation before anything is refused. Then the drain: frontends stop accepting and finish in-flight
+requests, then the devices stop. A second SIGTERM or SIGINT skips what is left of the delay.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class Supervisor:
         self.devices = [Child("device", i) for i in range(len(self.device_names))]
         self.frontends = [Child("frontend", i) for i in range(settings.frontends)]
         self.stopping = False
+        self.stop_signals = 0
         self.is_ready = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -87,8 +93,9 @@ class Supervisor:
 
     def _on_stop_signal(self, signum: int, _frame: object) -> None:
         if not self.stopping:
-            log.info("stopping on %s: draining", signal.Signals(signum).name)
+            log.info("stopping on %s", signal.Signals(signum).name)
         self.stopping = True
+        self.stop_signals += 1
 
     def _start_device(self, child: Child) -> None:
         spec = DeviceSpec(
@@ -110,19 +117,37 @@ class Supervisor:
             supervisor_pid=self.namespace.supervisor_pid,
             eventfd=self.resources.eventfds[child.index].fd,
             listen_fd=self.listener.fileno(),
+            device_names=self.device_names,
         )
         child.start(self.settings, _encode(spec), (spec.eventfd, spec.listen_fd))
 
     # -- steady state ------------------------------------------------------------------------------------
     def _watch(self) -> int:
         while not self.stopping:
-            select.select([self._wake_r], [], [], TICK_S)
-            _drain_pipe(self._wake_r)
-            if self._reap_and_restart() is False:
+            if not self._tick(TICK_S):
                 return 1
             if not self.stopping:
                 self._report_readiness()
         sd_notify("STOPPING=1")
+        return self._linger()
+
+    def _tick(self, timeout_s: float) -> bool:
+        """Wait for a signal or a child's exit (at most `timeout_s`); False: give up the server."""
+        select.select([self._wake_r], [], [], timeout_s)
+        _drain_pipe(self._wake_r)
+        return self._reap_and_restart()
+
+    def _linger(self) -> int:
+        """Not ready, still serving, for `drain_delay_s`: balancers move traffic before the drain."""
+        self.resources.control.set_leaving()
+        delay_s = self.settings.drain_delay_s
+        if delay_s <= 0:
+            return 0
+        log.info("not ready; serving %.1f s more before draining", delay_s)
+        deadline = time.monotonic() + delay_s
+        while self.stop_signals < 2 and (left_s := deadline - time.monotonic()) > 0:
+            if not self._tick(min(TICK_S, left_s)):
+                return 1
         return 0
 
     def _reap_and_restart(self) -> bool:
@@ -152,12 +177,14 @@ class Supervisor:
         )
         if ready and not self.is_ready:
             log.info("sie ready")
+            control.set_started()  # from now on frontends judge readiness by the devices alone
             sd_notify("READY=1\nSTATUS=serving")
         self.is_ready = ready
 
     # -- shutdown --------------------------------------------------------------------------------------
     def _stop_children(self) -> None:
         """Frontends first (they finish in-flight requests), then the devices behind them."""
+        log.info("draining")
         self.resources.control.set_draining()
         _terminate(self.frontends, self.settings.graceful_timeout_s + 5.0)
         _terminate(self.devices, DEVICE_STOP_TIMEOUT_S)

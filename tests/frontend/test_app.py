@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from sie.errors import DeviceUnavailable, InputTooLong, QueueFull, SieError
 from sie.frontend.app import build_app
+from sie.frontend.devices import Placement
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.model_config import Catalog, load_catalog, parse_model_config
@@ -36,6 +37,11 @@ MODEL_INFO_KEYS = {
     "last_error",
     "max_sequence_length",
     "profiles",
+    "device",
+    "memory_bytes",
+    "last_used",
+    "queue_depth",
+    "instance",
 }
 
 
@@ -66,6 +72,9 @@ class FakeDevices:
 
     def model_error(self, slot: int) -> str:
         return self.errors.get(slot, "")
+
+    def placements(self, slot: int) -> list[Placement]:
+        return []
 
     def is_ready(self, preload_slots: list[int]) -> bool:
         return self.ready

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sie.gpu_proc.batcher import Batcher
-from sie.gpu_proc.loop import IDLE_WAIT_S, PIPELINE_DEPTH, DeviceLoop
+from sie.gpu_proc.loop import IDLE_WAIT_S, PIPELINE_DEPTH, QUEUE_DEPTH_EVERY_S, DeviceLoop
 from sie.shm.layout import Op, TokenBatch
 
 
@@ -49,3 +49,29 @@ def test_full_pipeline_sleeps_until_the_doorbell_instead_of_spinning() -> None:
 
 def test_empty_batcher_sleeps_the_idle_interval() -> None:
     assert loop_with(Batcher(), in_flight=0)._wait_s() == IDLE_WAIT_S
+
+
+def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
+    writes: list[list[int]] = []
+    control: Any = SimpleNamespace(set_queue_depths=lambda device, depths: writes.append(depths.tolist()))
+    batcher = overdue_batcher()  # one item of model 0
+    loop = DeviceLoop(
+        device_index=0,
+        namespace=None,  # type: ignore[arg-type]
+        control=control,
+        doorbell=None,  # type: ignore[arg-type]
+        eventfds=[],
+        registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
+        batcher=batcher,
+        inference=SimpleNamespace(in_flight=0),  # type: ignore[arg-type]
+        supervisor_pid=0,
+    )
+    loop._publish_queue_depths(100.0)
+    loop._publish_queue_depths(100.001)  # within the interval: no second write
+    assert writes == [[1, 0, 0]]
+    loop._publish_queue_depths(100.0 + QUEUE_DEPTH_EVERY_S)
+    assert len(writes) == 2
+    batcher.drop_source(0)
+    loop._publish_queue_depths(100.006)  # emptied: the zeros go out without waiting
+    loop._publish_queue_depths(100.5)  # and idle loops write nothing more
+    assert writes[2:] == [[0, 0, 0]]

@@ -68,10 +68,22 @@ def child_pids(parent: int) -> dict[int, str]:
 
 
 class Server:
-    def __init__(self, *args: str, frontends: int | None = 2, env: dict[str, str] | None = None) -> None:
-        """`frontends=None` passes no --frontends flag (the environment or the default decides)."""
-        self.port = free_port()
-        self.instance = "t" + uuid.uuid4().hex[:10]
+    def __init__(
+        self,
+        *args: str,
+        frontends: int | None = 2,
+        env: dict[str, str] | None = None,
+        instance: str | None = None,
+        port: int | None = None,
+        own_group: bool = False,
+    ) -> None:
+        """`frontends=None` passes no --frontends flag (the environment or the default decides).
+
+        `instance` and `port` restart a server where a killed one was; `own_group` puts it in a
+        process group of its own, so a test can SIGKILL the whole server and nothing else.
+        """
+        self.port = port or free_port()
+        self.instance = instance or "t" + uuid.uuid4().hex[:10]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(f"/tmp/sie-test-{self.instance}.log")
         argv = [
@@ -92,7 +104,12 @@ class Server:
         ]
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            argv, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            argv,
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=own_group,
         )
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S, path: str = "/readyz") -> Server:

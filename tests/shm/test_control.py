@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
-from sie.shm.control import ControlBlock, DeviceState, ModelState
+from sie.shm.control import DEVICE, HEADER, MAGIC, MODEL, ControlBlock, DeviceState, ModelState, ModelUsage
 
 
 @pytest.fixture
@@ -48,3 +50,33 @@ def test_attach_rejects_a_foreign_segment() -> None:
             ControlBlock.attach(name)
     finally:
         posix_ipc.unlink_shared_memory(name)
+
+
+def test_readiness_flags_and_model_usage(control: ControlBlock) -> None:
+    reader = ControlBlock.attach(control.name)
+    assert not (reader.is_started or reader.is_leaving or reader.is_draining)
+    control.set_started()
+    control.set_leaving()
+    assert reader.is_started and reader.is_leaving and not reader.is_draining
+    control.set_model_memory(1, 2, 5 << 20)
+    control.touch_model(1, 2)
+    control.set_queue_depths(1, np.array([0, 0, 9, 1], np.uint32))
+    usage = reader.model_usage(1, 2)
+    assert (usage.memory_bytes, usage.queue_depth) == (5 << 20, 9)
+    assert 0 < usage.last_used_ns <= time.monotonic_ns()
+    assert reader.model_usage(0, 2) == ModelUsage(0, 0, 0)  # one device's record is its own
+    assert reader.model_usage(1, 3).queue_depth == 1
+    reader.close()
+
+
+def test_records_keep_their_size_and_alignment() -> None:
+    # A changed record must come with a new MAGIC (see control.py); these pin the current one.
+    assert (HEADER.itemsize, DEVICE.itemsize, MODEL.itemsize) == (64, 64, 272)
+    assert MODEL.fields["memory_bytes"][1] % 8 == 0 and MODEL.fields["last_used_ns"][1] % 8 == 0
+
+
+def test_attach_rejects_a_block_of_another_version(control: ControlBlock) -> None:
+    control.header["magic"] = MAGIC - 1  # what the previous layout of this block wrote
+    with pytest.raises(RuntimeError, match="magic"):
+        ControlBlock.attach(control.name)
+    control.header["magic"] = MAGIC

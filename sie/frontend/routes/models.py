@@ -1,7 +1,13 @@
-"""GET /v1/models and /v1/models/{model}: the catalogue and each model's state (JSON always)."""
+"""GET /v1/models and /v1/models/{model}: the catalogue and each model's state (JSON always).
+
+Besides SIE's fields each model says where it sits on this server (`device`, `memory_bytes`,
+`last_used` as Unix seconds, `queue_depth`) and which server this is (`instance`, as in the
+X-SIE-Instance header): behind a balancer, that is how to find where a model lives.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -21,15 +27,27 @@ _STATE_NAMES = {
 }
 
 
-def model_info(state: FrontendState, config: ModelConfig) -> dict[str, Any]:
+def placement_info(state: FrontendState, slot: int) -> dict[str, Any]:
+    placed = state.devices.placements(slot)
+    last_used_ns = max((p.usage.last_used_ns for p in placed), default=0)
+    age_s = (time.monotonic_ns() - last_used_ns) / 1e9  # the devices stamp with the monotonic clock
+    return {
+        "device": ",".join(p.device for p in placed) or None,  # "cuda:0,cuda:1" when on several
+        "memory_bytes": sum(p.usage.memory_bytes for p in placed),
+        "last_used": round(time.time() - age_s, 3) if last_used_ns else None,
+        "queue_depth": sum(p.usage.queue_depth for p in placed),
+    }
+
+
+def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict[str, Any]:
     slot = state.catalog.slot(config.sie_id)
     model_state = state.devices.model_state(slot)
     error = state.devices.model_error(slot) if model_state == ModelState.FAILED else ""
     inputs = [k for k in ("text", "image", "audio", "video") if getattr(config.inputs, k)]
     outputs = config.output_types()
-    if config.tasks.score is not None:
+    if config.supports_score():
         outputs.append("score")
-    if config.tasks.extract is not None:
+    if config.supports_extract():
         outputs.append("json")
     dims = {
         kind: spec.dim
@@ -47,6 +65,8 @@ def model_info(state: FrontendState, config: ModelConfig) -> dict[str, Any]:
         "last_error": {"code": "MODEL_LOAD_FAILED", "message": error} if error else None,
         "max_sequence_length": config.max_sequence_length,
         "profiles": {name: {"is_default": name == default} for name in (config.profiles or {"default": 0})},
+        **placement_info(state, slot),
+        "instance": instance,
     }
 
 
@@ -56,10 +76,11 @@ def _json(payload: Any) -> Response:
 
 async def list_models(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
-    return _json({"models": [model_info(state, m) for m in state.catalog.models]})
+    instance = request.app.state.instance
+    return _json({"models": [model_info(state, m, instance) for m in state.catalog.models]})
 
 
 async def get_model(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
     _, config = state.model(request.path_params["model"])
-    return _json(model_info(state, config))
+    return _json(model_info(state, config, request.app.state.instance))
