@@ -39,10 +39,14 @@ class Runner:
         if not wanted:
             raise ValueError(f"model '{adapter.name}' produces none of {kinds_of(batch.output_mask)}")
         lengths = [len(item.input_ids) for item in batch.items]
-        parts = [
-            self._forward(adapter, batch.items[chunk], batch.is_query, wanted)
-            for chunk in split_by_padding(lengths, MAX_PADDING_WASTE, self._min_chunk_tokens)
-        ]
+        # A padding-free adapter runs the whole batch at once; the others run in length runs
+        # whose padding stays small.
+        chunks = (
+            [slice(0, len(lengths))]
+            if getattr(adapter, "is_padding_free", False)
+            else split_by_padding(lengths, MAX_PADDING_WASTE, self._min_chunk_tokens)
+        )
+        parts = [self._forward(adapter, batch.items[chunk], batch.is_query, wanted) for chunk in chunks]
         return {kind: Output.concat([part[kind] for part in parts]) for kind in wanted}
 
     def run_dense(self, adapter: Adapter, batch: Batch) -> np.ndarray:

@@ -133,7 +133,7 @@ def test_adapter_facts_and_close(tiny_models: dict[str, Path], arch: str) -> Non
     adapter.close()
     assert adapter.memory_bytes() == 0
     with pytest.raises(RuntimeError, match="closed"):
-        adapter.forward_dense(torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), None)
+        Runner(CPU).run(adapter, as_batch([np.array([5, 6], np.int32)]))
 
 
 def test_cpu_ignores_half_precision_profiles(tiny_models: dict[str, Path]) -> None:

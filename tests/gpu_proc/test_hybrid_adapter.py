@@ -239,7 +239,7 @@ def test_adapter_facts_and_close(tiny_hybrid: Path) -> None:
     adapter.close()
     assert adapter.memory_bytes() == 0
     with pytest.raises(RuntimeError, match="closed"):
-        adapter.hidden_states(torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), None)
+        run(adapter, random_items(1, seed=0))
 
 
 def test_missing_head_is_an_error(tiny_hybrid: Path, tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ class Adapter(Protocol):
     device: torch.device
     pad_token_id: int  # what the runner pads input_ids with (RoBERTa derives positions from it)
     kinds: frozenset[ResultKind]  # the result kinds `forward` can produce
+    # Optional (read with getattr, default False): the forward spends no compute on padding, so the
+    # runner hands it the whole batch instead of length runs.
+    # is_padding_free: bool
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         """Each wanted kind's output for the run's items (row i = item i), computed in one pass."""

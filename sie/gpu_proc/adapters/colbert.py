@@ -21,6 +21,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
+    BaseEncoder,
     compute_dtype,
     from_pretrained,
     place,
@@ -28,7 +29,6 @@ from sie.gpu_proc.adapters.common import (
     tensor_bytes,
     token_rows_output,
 )
-from sie.gpu_proc.adapters.dense import takes_token_types
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -52,7 +52,8 @@ class ColbertAdapter:
         self.dim = _out_features(projection)
         self._model: PreTrainedModel | None = model
         self._projection: torch.nn.Sequential | None = projection
-        self._takes_token_types = takes_token_types(model)
+        self._encoder: BaseEncoder | None = BaseEncoder(model)
+        self.is_padding_free = self._encoder.is_padding_free
         self._memory_bytes = tensor_bytes(model, projection)
 
     @classmethod
@@ -70,16 +71,12 @@ class ColbertAdapter:
         return cls(model, projection, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
-        if self._model is None or self._projection is None:
+        if self._encoder is None or self._projection is None:
             raise RuntimeError(f"adapter for '{self.name}' is closed")
         attention, keep = token_masks(inputs.aux, inputs.attention_mask)
-        extra = {}
-        if inputs.token_type_ids is not None and self._takes_token_types:
-            extra["token_type_ids"] = inputs.token_type_ids
+        # Every real token is computed (query expansion tokens too); `attention` says which are attended.
+        hidden = self._encoder.hidden_states(inputs, key_mask=attention)
         with torch.inference_mode():
-            hidden = self._model(
-                input_ids=inputs.input_ids, attention_mask=attention, **extra
-            ).last_hidden_state
             vectors = self._projection(hidden)
         return {ResultKind.MULTIVECTOR: token_rows_output(ResultKind.MULTIVECTOR, vectors, keep)}
 
@@ -88,6 +85,7 @@ class ColbertAdapter:
 
     def close(self) -> None:
         self._model = None
+        self._encoder = None
         self._projection = None
         release(self.device)
 

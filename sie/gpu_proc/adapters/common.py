@@ -4,6 +4,7 @@ and turning result tensors into `Output`s."""
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+    from sie.gpu_proc.adapters.base import ForwardInputs
 
 logger = logging.getLogger(__name__)
 
@@ -74,3 +78,38 @@ def token_rows_output(kind: ResultKind, hidden: torch.Tensor, keep: torch.Tensor
     offsets = np.zeros(len(keep) + 1, np.int64)
     np.cumsum(keep.sum(dim=1).cpu().numpy(), out=offsets[1:])
     return Output(kind, values, offsets)
+
+
+def takes_token_types(model: torch.nn.Module) -> bool:
+    # RoBERTa-style models have one token type; a non-zero type would index past their table.
+    accepts = "token_type_ids" in inspect.signature(model.forward).parameters
+    config = getattr(model, "config", None)
+    return accepts and int(getattr(config, "type_vocab_size", 0) or 0) > 1
+
+
+class BaseEncoder:
+    """A model's base encoder (e.g. `model.bert`), run padding-free when its architecture allows
+    (see `packed.py`) and through its own padded forward otherwise. Heads run on the result."""
+
+    def __init__(self, base: torch.nn.Module) -> None:
+        self._base = base
+        self._packed = PackedEncoder.wrap(base)
+        self._takes_token_types = takes_token_types(base)
+
+    @property
+    def is_padding_free(self) -> bool:
+        return self._packed is not None
+
+    def hidden_states(self, inputs: ForwardInputs, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Last hidden states [n, L, hidden] (zero or garbage on padding: mask before pooling).
+
+        `key_mask` restricts which tokens are attended to (default: every real token)."""
+        types = inputs.token_type_ids if self._takes_token_types else None
+        with torch.inference_mode():
+            if self._packed is not None:
+                return self._packed.hidden_states(inputs.input_ids, inputs.lengths, types, key_mask)
+            extra = {} if types is None else {"token_type_ids": types}
+            mask = inputs.attention_mask if key_mask is None else key_mask
+            output = self._base(input_ids=inputs.input_ids, attention_mask=mask, **extra)
+            hidden: torch.Tensor = output.last_hidden_state
+            return hidden

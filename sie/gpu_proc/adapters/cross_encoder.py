@@ -9,6 +9,7 @@ ModernBERT, ...) fed text pairs. Activations, ranking and label reading happen i
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,14 +17,15 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
+    BaseEncoder,
     compute_dtype,
     from_pretrained,
     place,
     release,
     rows_output,
+    takes_token_types,
     tensor_bytes,
 )
-from sie.gpu_proc.adapters.dense import takes_token_types
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -47,6 +49,9 @@ class CrossEncoderAdapter:
         # Encoder-decoder classifiers (BART-MNLI) would otherwise build a key/value cache per call.
         self._takes_use_cache = "use_cache" in inspect.signature(model.forward).parameters
         self._memory_bytes = tensor_bytes(model)
+        self._head = classifier_head(model)
+        self._encoder = BaseEncoder(model.base_model) if self._head is not None else None
+        self.is_padding_free = self._encoder is not None and self._encoder.is_padding_free
 
     @classmethod
     def load(
@@ -62,7 +67,12 @@ class CrossEncoderAdapter:
         return cls(model, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
-        logits = self.forward_logits(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
+        if self.is_padding_free and self._encoder is not None and self._head is not None:
+            hidden = self._encoder.hidden_states(inputs)
+            with torch.inference_mode():
+                logits = self._head(hidden)
+        else:
+            logits = self.forward_logits(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
         return {ResultKind.SCORES: rows_output(ResultKind.SCORES, logits)}
 
     def forward_logits(
@@ -86,4 +96,16 @@ class CrossEncoderAdapter:
 
     def close(self) -> None:
         self._model = None
+        self._encoder = self._head = None
         release(self.device)
+
+
+def classifier_head(model: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The classifier on top of the base encoder's hidden states [n, L, hidden], for the
+    architectures whose encoder runs padding-free; None for the others (their own forward runs)."""
+    model_type = model.config.model_type
+    if model_type == "bert" and getattr(model.bert, "pooler", None) is not None:
+        return lambda hidden: model.classifier(model.dropout(model.bert.pooler(hidden)))
+    if model_type in ("roberta", "xlm-roberta", "camembert"):
+        return model.classifier  # reads the first token itself
+    return None

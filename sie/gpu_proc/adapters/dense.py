@@ -6,7 +6,6 @@ the profile only chooses pooling and precision. Weights come from a local folder
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
+    BaseEncoder,
     compute_dtype,
     from_pretrained,
     place,
@@ -42,7 +42,8 @@ class DenseAdapter:
         self.dim = int(model.config.hidden_size)
         self.pad_token_id = int(model.config.pad_token_id or 0)
         self._model: PreTrainedModel | None = model
-        self._takes_token_types = takes_token_types(model)
+        self._encoder: BaseEncoder | None = BaseEncoder(model)
+        self.is_padding_free = self._encoder.is_padding_free
         self._memory_bytes = tensor_bytes(model)
 
     @classmethod
@@ -58,32 +59,18 @@ class DenseAdapter:
         return cls(model, name=config.sie_id, pooling=chosen.adapter_options.runtime.pooling)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
-        pooled = self.forward_dense(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
-        return {ResultKind.DENSE: rows_output(ResultKind.DENSE, pooled)}
-
-    def forward_dense(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
-    ) -> torch.Tensor:
         """Pooled float32 [n, dim], not normalized (the frontend normalizes)."""
-        if self._model is None:
+        if self._encoder is None:
             raise RuntimeError(f"adapter for '{self.name}' is closed")
-        extra = {}
-        if token_type_ids is not None and self._takes_token_types:
-            extra["token_type_ids"] = token_type_ids
+        hidden = self._encoder.hidden_states(inputs)
         with torch.inference_mode():
-            output = self._model(input_ids=input_ids, attention_mask=attention_mask, **extra)
-            return pool(output.last_hidden_state, attention_mask, self.pooling)
+            pooled = pool(hidden, inputs.attention_mask, self.pooling)
+        return {ResultKind.DENSE: rows_output(ResultKind.DENSE, pooled)}
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
 
     def close(self) -> None:
         self._model = None
+        self._encoder = None  # it holds the encoder's modules too
         release(self.device)
-
-
-def takes_token_types(model: torch.nn.Module) -> bool:
-    # RoBERTa-style models have one token type; a non-zero type would index past their table.
-    accepts = "token_type_ids" in inspect.signature(model.forward).parameters
-    config = getattr(model, "config", None)
-    return accepts and int(getattr(config, "type_vocab_size", 0) or 0) > 1

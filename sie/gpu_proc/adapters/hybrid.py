@@ -20,6 +20,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
+    BaseEncoder,
     compute_dtype,
     from_pretrained,
     place,
@@ -28,7 +29,6 @@ from sie.gpu_proc.adapters.common import (
     tensor_bytes,
     token_rows_output,
 )
-from sie.gpu_proc.adapters.dense import takes_token_types
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -69,7 +69,8 @@ class HybridAdapter:
         self._sparse_linear = sparse_linear
         self._colbert_linear = colbert_linear
         self._special = torch.tensor(self.special_ids, dtype=torch.long, device=self.device)
-        self._takes_token_types = takes_token_types(model)
+        self._encoder: BaseEncoder | None = BaseEncoder(model)
+        self.is_padding_free = self._encoder.is_padding_free
         self._memory_bytes = tensor_bytes(model, sparse_linear, colbert_linear)
 
     @classmethod
@@ -90,7 +91,9 @@ class HybridAdapter:
         return cls(model, heads[0], heads[1], name=config.sie_id, special_ids=special)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
-        hidden = self.hidden_states(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
+        if self._encoder is None:
+            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        hidden = self._encoder.hidden_states(inputs)
         outputs: dict[ResultKind, Output] = {}
         with torch.inference_mode():
             if ResultKind.DENSE in wanted:
@@ -107,25 +110,12 @@ class HybridAdapter:
                 outputs[ResultKind.MULTIVECTOR] = token_rows_output(ResultKind.MULTIVECTOR, vectors, kept)
         return outputs
 
-    def hidden_states(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The encoder's last hidden states [n, L, hidden], in the model's dtype."""
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        extra = {}
-        if token_type_ids is not None and self._takes_token_types:
-            extra["token_type_ids"] = token_type_ids
-        with torch.inference_mode():
-            output = self._model(input_ids=input_ids, attention_mask=attention_mask, **extra)
-            hidden: torch.Tensor = output.last_hidden_state
-            return hidden
-
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
 
     def close(self) -> None:
         self._model = None
+        self._encoder = None
         release(self.device)
 
 

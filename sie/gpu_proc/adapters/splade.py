@@ -13,8 +13,15 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.common import compute_dtype, from_pretrained, place, release, tensor_bytes
-from sie.gpu_proc.adapters.dense import takes_token_types
+from sie.gpu_proc.adapters.common import (
+    BaseEncoder,
+    compute_dtype,
+    from_pretrained,
+    place,
+    release,
+    takes_token_types,
+    tensor_bytes,
+)
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -36,6 +43,12 @@ class SpladeAdapter:
         self._model: PreTrainedModel | None = model
         self._takes_token_types = takes_token_types(model)
         self._memory_bytes = tensor_bytes(model)
+        # Padding-free when the masked LM is a BERT-style encoder plus a head: the encoder runs
+        # packed and the vocabulary-wide head (most of SPLADE's compute) sees only real tokens.
+        head = getattr(model, "cls", None) or getattr(model, "lm_head", None)
+        self._encoder: BaseEncoder | None = BaseEncoder(model.base_model) if head is not None else None
+        self._head = head
+        self.is_padding_free = self._encoder is not None and self._encoder.is_padding_free
 
     @classmethod
     def load(
@@ -53,8 +66,23 @@ class SpladeAdapter:
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         # `inputs.is_query` is ignored on purpose: SPLADE-tiny (like SPLADE v2/v3 "ensembledistil")
         # encodes queries and documents with the same model and the same formula.
-        weights = self.term_weights(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
+        if self.is_padding_free:
+            weights = self._packed_term_weights(inputs)
+        else:
+            weights = self.term_weights(inputs.input_ids, inputs.attention_mask, inputs.token_type_ids)
         return {ResultKind.SPARSE: sparse_output(weights)}
+
+    def _packed_term_weights(self, inputs: ForwardInputs) -> torch.Tensor:
+        if self._encoder is None or self._head is None:
+            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        hidden = self._encoder.hidden_states(inputs)
+        with torch.inference_mode():
+            real = inputs.attention_mask.bool()
+            logits = self._head(hidden[real])  # [real tokens, vocab]
+            item = torch.arange(len(real), device=real.device)[:, None].expand_as(real)[real]
+            best = logits.new_full((len(real), logits.shape[1]), float("-inf"))
+            best.scatter_reduce_(0, item[:, None].expand_as(logits), logits, "amax")
+            return best.relu_().log1p_()
 
     def term_weights(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
@@ -79,6 +107,8 @@ class SpladeAdapter:
 
     def close(self) -> None:
         self._model = None
+        self._encoder = None  # it holds the encoder's modules too
+        self._head = None
         release(self.device)
 
 

@@ -33,14 +33,15 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
+    BaseEncoder,
     compute_dtype,
     from_pretrained,
     place,
     release,
+    takes_token_types,
     tensor_bytes,
     token_rows_output,
 )
-from sie.gpu_proc.adapters.dense import takes_token_types
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -70,6 +71,7 @@ class TokenClassificationAdapter:
         self.device = device
         self.pad_token_id = pad_token_id
         self._backend: Backend | None = backend
+        self.is_padding_free = bool(getattr(backend, "is_padding_free", False))
         self._memory_bytes = backend.memory_bytes()
 
     @classmethod
@@ -107,6 +109,11 @@ class TorchBackend:
     def __init__(self, model: PreTrainedModel) -> None:
         self._model = model
         self._takes_token_types = takes_token_types(model)
+        # BERT/RoBERTa-style taggers are an encoder plus dropout and a Linear per token: the
+        # encoder then runs padding-free (see packed.py) and the Linear sees its hidden states.
+        has_head = hasattr(model, "classifier") and hasattr(model, "dropout")
+        self._encoder = BaseEncoder(model.base_model) if has_head else None
+        self.is_padding_free = self._encoder is not None and self._encoder.is_padding_free
 
     @classmethod
     def load(cls, weights_dir: Path, device: torch.device, dtype: torch.dtype) -> TorchBackend:
@@ -117,6 +124,11 @@ class TorchBackend:
         return cls(model)
 
     def logits(self, inputs: ForwardInputs) -> torch.Tensor:
+        if self.is_padding_free and self._encoder is not None:
+            hidden = self._encoder.hidden_states(inputs)
+            with torch.inference_mode():
+                head: torch.Tensor = self._model.classifier(self._model.dropout(hidden))
+                return head
         extra = {}
         if inputs.token_type_ids is not None and self._takes_token_types:
             extra["token_type_ids"] = inputs.token_type_ids

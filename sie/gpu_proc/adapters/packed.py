@@ -1,0 +1,152 @@
+"""A padding-free forward for BERT-style encoders (BERT, RoBERTa, XLM-R and their kin).
+
+A batch's real tokens run as one `[total_tokens, hidden]` stream through every Linear, LayerNorm
+and feed-forward block, so no compute goes to padding. Only attention needs to know where each
+sequence starts: sequences are sorted by length and cut into groups whose padding stays small,
+and each group's queries, keys and values are gathered into a small padded block for one SDPA call
+(torch's CPU build has no fused kernel for jagged attention; per-sequence calls cost more than
+they save on short texts). The group plan is made once per batch and reused by every layer.
+
+The weights are the Hugging Face model's own modules, so any checkpoint of a supported
+architecture runs unchanged; other architectures (MPNet, ModernBERT, ...) keep the padded path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# model_type -> first position id (RoBERTa-style models count positions from padding_idx + 1).
+_POSITION_START = {"bert": None, "roberta": "pad+1", "xlm-roberta": "pad+1", "camembert": "pad+1"}
+# Attention groups: close a group when its padding would exceed this share of its padded tokens.
+MAX_GROUP_WASTE = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Packing:
+    """Where each item's tokens sit in the flat stream, and the attention groups over them."""
+
+    valid: torch.Tensor  # bool [n, L]: real (computed) tokens of the padded input
+    groups: list[tuple[torch.Tensor, torch.Tensor]]  # (index [g, Lg] into stream+1 pad row, key mask)
+
+
+class PackedEncoder:
+    """Runs a BERT-style base model's embeddings and layers on packed tokens."""
+
+    def __init__(self, base: Any) -> None:
+        self._base = base
+        config = base.config
+        self._heads = int(config.num_attention_heads)
+        pad = int(config.pad_token_id or 0)
+        self._position_offset = pad + 1 if _POSITION_START[config.model_type] else 0
+
+    @staticmethod
+    def wrap(base: Any) -> PackedEncoder | None:
+        """A packed runner for `base` (the encoder, e.g. `model.bert`), or None if unsupported."""
+        config = getattr(base, "config", None)
+        if config is None or config.model_type not in _POSITION_START:
+            return None
+        if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+            return None
+        if getattr(config, "position_embedding_type", "absolute") not in (None, "absolute"):
+            return None
+        if getattr(config, "chunk_size_feed_forward", 0):
+            return None
+        return PackedEncoder(base)
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        lengths: list[int],
+        token_type_ids: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Last hidden states [n, L, hidden], zero on padding, equal to the padded forward's.
+
+        `lengths` are the tokens computed per item; `key_mask` ([n, L], optional) says which of
+        them the others may attend to (ColBERT's query expansion computes tokens nobody attends to).
+        """
+        packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
+        flat = self._embed(input_ids, token_type_ids, packing.valid)
+        for layer in self._base.encoder.layer:
+            flat = self._layer(layer, flat, packing)
+        out = flat.new_zeros((*input_ids.shape, flat.shape[-1]))
+        out[packing.valid] = flat
+        return out
+
+    def _embed(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, valid: torch.Tensor
+    ) -> torch.Tensor:
+        embeddings = self._base.embeddings
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        flat_positions = positions[valid] + self._position_offset
+        types = token_type_ids[valid] if token_type_ids is not None else torch.zeros_like(flat_positions)
+        hidden = embeddings.word_embeddings(input_ids[valid])
+        hidden = (
+            hidden + embeddings.token_type_embeddings(types) + embeddings.position_embeddings(flat_positions)
+        )
+        return embeddings.LayerNorm(hidden)
+
+    def _layer(self, layer: Any, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
+        attention = layer.attention
+        context = self._attend(attention.self, hidden, packing)
+        attended = attention.output.LayerNorm(attention.output.dense(context) + hidden)
+        inner = layer.intermediate.intermediate_act_fn(layer.intermediate.dense(attended))
+        return layer.output.LayerNorm(layer.output.dense(inner) + attended)
+
+    def _attend(self, self_attention: Any, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
+        width = hidden.shape[-1]
+        head_dim = width // self._heads
+        qkv = [proj(hidden) for proj in (self_attention.query, self_attention.key, self_attention.value)]
+        padded = [torch.cat([t, t.new_zeros(1, width)]) for t in qkv]  # row T: what padding gathers
+        context = hidden.new_empty(hidden.shape)
+        for index, key_mask in packing.groups:
+            g, length = index.shape
+            q, k, v = (t[index].view(g, length, self._heads, head_dim).transpose(1, 2) for t in padded)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
+            real = index < len(hidden)
+            context[index[real]] = out.transpose(1, 2).reshape(g, length, width)[real]
+        return context
+
+
+def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: torch.device) -> Packing:
+    """The flat layout of a right-padded batch and its attention groups (sorted by length)."""
+    n = len(lengths)
+    lengths_t = torch.tensor(lengths, device=device)
+    valid = torch.arange(width, device=device)[None, :] < lengths_t[:, None]
+    starts = torch.zeros(n, dtype=torch.long, device=device)
+    if n > 1:
+        starts[1:] = torch.cumsum(lengths_t, 0)[:-1]
+    total = int(lengths_t.sum())
+    flat_keys = key_mask.bool()[valid] if key_mask is not None else None
+    order = sorted(range(n), key=lambda i: lengths[i])
+    groups = []
+    for members in _groups([lengths[i] for i in order], MAX_GROUP_WASTE):
+        items = [order[j] for j in members]
+        longest = max(lengths[i] for i in items)
+        offsets = torch.arange(longest, device=device)
+        member_lengths = lengths_t[items]
+        inside = offsets[None, :] < member_lengths[:, None]
+        index = torch.where(inside, starts[items][:, None] + offsets[None, :], total)
+        keys = inside if flat_keys is None else inside & torch.cat([flat_keys, flat_keys.new_zeros(1)])[index]
+        groups.append((index, keys))
+    return Packing(valid, groups)
+
+
+def _groups(sorted_lengths: list[int], max_waste: float) -> list[list[int]]:
+    """Consecutive runs of the sorted lengths whose padding stays under `max_waste`."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for j, length in enumerate(sorted_lengths):
+        if current and real + length < (1 - max_waste) * (len(current) + 1) * length:
+            groups.append(current)
+            current, real = [], 0
+        current.append(j)
+        real += length
+    if current:
+        groups.append(current)
+    return groups
