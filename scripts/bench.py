@@ -1,6 +1,7 @@
 """Load-test a sie server over HTTP and measure the raw model on the same texts, in one run.
 
     python scripts/bench.py [--url URL | --frontends N] [--concurrency 32] [--items-per-request 1]
+                            [--task encode|score] [--output dense|sparse] [--models-dir DIR]
                             [--words 10 40] [--requests N | --duration-s S] [--format msgpack|json]
                             [--warmup 200] [--model ID] [--client raw|httpx] [--server-arg=--flag=value]
 
@@ -12,16 +13,25 @@ Texts: chunks of MIN..MAX consecutive words cut from the SciFact corpus
 (`../shared/data/beir-scifact/corpus.jsonl`, fixed seed) when that file exists, else random words
 from a fixed vocabulary. Each request carries `--items-per-request` of them, cycling over a pool.
 
+Tasks: `encode` (the default) posts `{"items": [...]}` to /v1/encode/{model}, with
+`params.output_types` set by `--output` (dense: all-MiniLM-L6-v2 by default; sparse: SPLADE-tiny).
+`score` posts one query (4..12 words, from the same source) and `--items-per-request` passages
+(default 20) as `{"query": {"text": q}, "items": [{"text": p}, ...]}` to /v1/score/{model}; an item
+is one passage, and `--model` must name a model that scores (a cross-encoder or multi-vector model).
+
 The load generator is deliberately light, because it shares the cores with the server: by default
 a hand-written HTTP/1.1 keep-alive client on asyncio streams (one connection per concurrent
 worker, request bytes built before the run, only the status line and a few headers parsed).
 `--client httpx` uses httpx.AsyncClient instead, for comparison; it costs several times more CPU
 per request. `client_cpu_s` in the output is the load generator's own CPU time.
 
-Raw model: transformers AutoModel on the same weights, mean pooling + L2 normalisation,
-`torch.set_num_threads(available cores)`, the texts sorted by length in batches of 64
-(`raw_items_per_s`), and the median of single-sentence forwards (`raw_single_ms`, forward and
-pooling only; `raw_single_tokenize_ms` is the tokenizer call on top).
+Raw model (scripts/_raw_model.py): transformers on the same weights doing the same work as the
+device (dense: pooling + L2 normalisation; sparse: the SPLADE formula and its non-zero terms;
+score: the (query, passage) pairs of a cross-encoder, or the query and passages of a bi-encoder),
+`torch.set_num_threads(available cores)`, everything sorted by length in batches of 64
+(`raw_items_per_s`, tokenizing included), and the median of single forwards (`raw_single_ms`: one
+text for encode, one request's query and passages for score; `raw_single_tokenize_ms` is the
+tokenizer call of one text on top).
 
 The last line of output is one JSON object.
 """
@@ -41,11 +51,13 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from _server import start_server, stop_server  # scripts/ is on sys.path when run as a script
+from _raw_model import measure_raw  # scripts/ is on sys.path when run as a script
+from _server import start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_CORPUS = REPO.parent / "shared" / "data" / "beir-scifact" / "corpus.jsonl"
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_MODELS = {"dense": "sentence-transformers/all-MiniLM-L6-v2", "sparse": "sie/splade-tiny"}
+QUERY_WORDS = (4, 12)
 VOCAB_TEXT = (
     "the of and to in a is that for it as was with be by on not he this are or his from at which "
     "but have an they you were her she there been one all we their has would when if so what no "
@@ -77,74 +89,6 @@ def make_texts(n: int, min_words: int, max_words: int, seed: int = 0) -> tuple[l
     vocab = VOCAB_TEXT.split()
     texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(min_words, max_words))) for _ in range(n)]
     return texts, "fixed-vocabulary"
-
-
-# ---------------------------------------------------------------------------------------------
-# raw model
-
-
-def measure_raw(model_id: str, texts: list[str], batch_size: int = 64, singles: int = 200) -> dict[str, Any]:
-    import torch
-    from tokenizers import Tokenizer
-    from transformers import AutoModel
-
-    from sie.model_config import load_catalog, resolve_weights_dir
-    from sie.settings import available_cores
-
-    config = load_catalog().get(model_id)
-    folder = resolve_weights_dir(config)
-    threads = available_cores()
-    torch.set_num_threads(threads)
-    tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
-    tokenizer.no_padding()  # MiniLM's tokenizer.json pads to 128 tokens
-    tokenizer.enable_truncation(config.max_sequence_length or 512)
-    model = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
-
-    def forward(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1)
-
-    def batch_tensors(encodings: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(e.ids) for e in encodings)
-        ids = torch.zeros((len(encodings), width), dtype=torch.long)
-        mask = torch.zeros((len(encodings), width), dtype=torch.long)
-        for row, e in enumerate(encodings):
-            ids[row, : len(e.ids)] = torch.tensor(e.ids)
-            mask[row, : len(e.ids)] = 1
-        return ids, mask
-
-    with torch.inference_mode():
-        warm = [tokenizer.encode(t) for t in texts[:batch_size]]
-        for _ in range(3):
-            forward(*batch_tensors(warm))
-        start = time.perf_counter()
-        encodings = sorted(tokenizer.encode_batch(texts), key=lambda e: len(e.ids))
-        for i in range(0, len(encodings), batch_size):
-            forward(*batch_tensors(encodings[i : i + batch_size]))
-        batch_s = time.perf_counter() - start
-
-        forward_ms, tokenize_ms = [], []
-        for text in texts[: singles + 10]:
-            t0 = time.perf_counter()
-            encoding = tokenizer.encode(text)
-            t1 = time.perf_counter()
-            ids = torch.tensor([encoding.ids])
-            forward(ids, torch.ones_like(ids))
-            t2 = time.perf_counter()
-            tokenize_ms.append((t1 - t0) * 1e3)
-            forward_ms.append((t2 - t1) * 1e3)
-    tokens = sum(len(e.ids) for e in encodings)
-    return {
-        "raw_items_per_s": round(len(texts) / batch_s, 1),
-        "raw_batch_size": batch_size,
-        "raw_items": len(texts),
-        "raw_mean_tokens": round(tokens / len(texts), 1),
-        "raw_single_ms": round(statistics.median(forward_ms[10:]), 3),
-        "raw_single_tokenize_ms": round(statistics.median(tokenize_ms[10:]), 3),
-        "raw_torch_threads": threads,
-    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,15 +151,23 @@ class Stats:
         )
 
 
-def build_bodies(texts: list[str], items_per_request: int, fmt: str) -> list[bytes]:
-    bodies = []
-    for start in range(0, len(texts), items_per_request):
-        chunk = texts[start : start + items_per_request]
-        if len(chunk) < items_per_request:
-            break
-        body = {"items": [{"text": t} for t in chunk]}
-        bodies.append(json.dumps(body).encode() if fmt == "json" else msgpack.packb(body, use_bin_type=True))
-    return bodies
+def build_requests(texts: list[str], queries: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Request bodies: `--items-per-request` texts each, plus one query per request for score."""
+    requests: list[dict[str, Any]] = []
+    per_request = args.items_per_request
+    for index, start in enumerate(range(0, len(texts) - per_request + 1, per_request)):
+        items = [{"text": t} for t in texts[start : start + per_request]]
+        if args.task == "score":
+            requests.append({"query": {"text": queries[index]}, "items": items})
+        else:
+            requests.append({"items": items, "params": {"output_types": [args.output]}})
+    return requests
+
+
+def encode_bodies(requests: list[dict[str, Any]], fmt: str) -> list[bytes]:
+    if fmt == "json":
+        return [json.dumps(body).encode() for body in requests]
+    return [msgpack.packb(body, use_bin_type=True) for body in requests]
 
 
 class Schedule:
@@ -301,7 +253,7 @@ def record(
 
 async def run_load(url: str, args: argparse.Namespace, bodies: list[bytes]) -> tuple[Stats, float]:
     host, port = url.split("//", 1)[1].rsplit(":", 1)
-    path = f"/v1/encode/{args.model}"
+    path = f"/v1/{args.task}/{args.model}"
     mime = "application/json" if args.format == "json" else "application/msgpack"
     schedule = Schedule(args.requests, args.duration_s, args.warmup)
     stats = Stats()
@@ -333,12 +285,12 @@ async def run_load(url: str, args: argparse.Namespace, bodies: list[bytes]) -> t
     return stats, time.perf_counter() - schedule.measure_start
 
 
-def check_first_response(url: str, args: argparse.Namespace, text: str) -> None:
+def check_first_response(url: str, args: argparse.Namespace, body: dict[str, Any]) -> None:
     import httpx
 
     response = httpx.post(
-        f"{url}/v1/encode/{args.model}",
-        json={"items": [{"text": text}]},
+        f"{url}/v1/{args.task}/{args.model}",
+        json=body,
         headers={"accept": "application/json"},
         timeout=300,
     )
@@ -391,13 +343,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="extra argument for `python -m sie serve` (repeat; use --server-arg=--flag=v)",
     )
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--items-per-request", type=int, default=1)
+    parser.add_argument("--task", choices=("encode", "score"), default="encode")
+    parser.add_argument("--output", choices=("dense", "sparse"), default="dense", help="encode output type")
+    parser.add_argument("--items-per-request", type=int, help="texts (passages for score); default 1 (20)")
     parser.add_argument("--words", type=int, nargs=2, default=(10, 40), metavar=("MIN", "MAX"))
     parser.add_argument("--requests", type=int, help="measured requests (default: --duration-s 20)")
     parser.add_argument("--duration-s", type=float)
     parser.add_argument("--warmup", type=int, default=200, help="requests sent before measuring")
     parser.add_argument("--format", choices=("msgpack", "json"), default="msgpack")
-    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--model", help="default: by --output for encode; required for score")
+    parser.add_argument(
+        "--models-dir", help="model YAML directory, for the raw model and the server this script starts"
+    )
     parser.add_argument("--client", choices=("raw", "httpx"), default="raw")
     parser.add_argument(
         "--pool", type=int, default=2048, help="distinct texts (also what the raw model encodes)"
@@ -407,27 +364,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.requests is None and args.duration_s is None:
         args.duration_s = 20.0
+    if args.items_per_request is None:
+        args.items_per_request = 20 if args.task == "score" else 1
+    if args.model is None:
+        if args.task == "score":
+            parser.error("--task score needs --model (a cross-encoder or multi-vector model)")
+        args.model = DEFAULT_MODELS[args.output]
+    if args.models_dir:
+        args.server_arg = [*args.server_arg, f"--models-dir={args.models_dir}"]
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     texts, source = make_texts(args.pool, *args.words, seed=args.seed)
-    bodies = build_bodies(texts, args.items_per_request, args.format)
+    n_requests = len(texts) // args.items_per_request
+    queries = make_texts(n_requests, *QUERY_WORDS, seed=args.seed + 1)[0] if args.task == "score" else []
+    requests = build_requests(texts, queries, args)
+    bodies = encode_bodies(requests, args.format)
     result: dict[str, Any] = {
+        "task": args.task,
+        "output": args.output if args.task == "encode" else None,
         "texts": source,
         "words": list(args.words),
         "cores": len(os.sched_getaffinity(0)),
     }
     if not args.no_raw:
         print("measuring the raw model (no server running) ...", file=sys.stderr)
-        result.update(measure_raw(args.model, texts))
+        # Exactly the texts the requests carry (the pool's tail that fills no request is left out).
+        used = texts[: n_requests * args.items_per_request]
+        raw = measure_raw(args.model, used, task=args.task, queries=queries, models_dir=args.models_dir)
+        result.update(raw)
         print(json.dumps(result), file=sys.stderr)
     process, url, server_argv, log_path = (None, args.url, None, None)
     if url is None:
         process, url, server_argv, log_path = start_server(args.frontends, args.server_arg, "bench")
     try:
-        check_first_response(url, args, texts[0])
+        check_first_response(url, args, requests[0])
         pids = server_pids(process.pid) if process else {}
         cpu_before = {pid: cpu_seconds(pid) for pid in pids}
         client_cpu = time.process_time()
