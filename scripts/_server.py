@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -57,3 +58,30 @@ def stop_server(process: subprocess.Popen[bytes]) -> int:
     except subprocess.TimeoutExpired:
         process.kill()
         return process.wait()
+
+
+def server_pids(supervisor: int) -> dict[int, str]:
+    """pid -> role ("device", "frontend", "supervisor") of the supervisor and its children."""
+    roles = {supervisor: "supervisor"}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != supervisor:
+                continue
+            cmd = Path(f"/proc/{entry}/cmdline").read_text().replace("\0", " ")
+        except (OSError, ValueError, IndexError):
+            continue
+        roles[int(entry)] = (
+            "device" if " _device " in cmd else "frontend" if " _frontend " in cmd else "other"
+        )
+    return roles
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

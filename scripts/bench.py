@@ -52,7 +52,7 @@ from typing import Any
 
 import msgpack
 from _raw_model import measure_raw  # scripts/ is on sys.path when run as a script
-from _server import start_server, stop_server
+from _server import cpu_seconds, server_pids, start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_CORPUS = REPO.parent / "shared" / "data" / "beir-scifact" / "corpus.jsonl"
@@ -93,33 +93,6 @@ def make_texts(n: int, min_words: int, max_words: int, seed: int = 0) -> tuple[l
 
 # ---------------------------------------------------------------------------------------------
 # server lifecycle and process accounting
-
-
-def server_pids(supervisor: int) -> dict[int, str]:
-    """pid -> role ("device", "frontend", "supervisor") of the supervisor and its children."""
-    roles = {supervisor: "supervisor"}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[1]) != supervisor:
-                continue
-            cmd = Path(f"/proc/{entry}/cmdline").read_text().replace("\0", " ")
-        except (OSError, ValueError, IndexError):
-            continue
-        roles[int(entry)] = (
-            "device" if " _device " in cmd else "frontend" if " _frontend " in cmd else "other"
-        )
-    return roles
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------------

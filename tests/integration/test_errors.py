@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sie.model_config import BUILTIN_MODELS_DIR
+from sie.model_config import BUILTIN_MODELS_DIR, load_catalog
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings, token_count
 from tests.integration.server import Server, wait_until
 from tests.integration.texts import assert_close, random_texts
@@ -185,7 +185,12 @@ def test_models_endpoint_shape(minilm_server: Server) -> None:
     response = httpx.get(f"{minilm_server.url}/v1/models/{MINILM}", headers={"accept": MSGPACK}, timeout=10)
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     info = response.json()
-    assert info == {
+    placement = {
+        key: info.pop(key) for key in ("device", "memory_bytes", "last_used", "queue_depth", "instance")
+    }
+    assert placement["device"] == "cpu" and placement["memory_bytes"] > 0 and placement["queue_depth"] == 0
+    assert placement["instance"] == response.headers["x-sie-instance"]
+    expected = {
         "name": MINILM,
         "inputs": ["text"],
         "outputs": ["dense"],
@@ -196,7 +201,11 @@ def test_models_endpoint_shape(minilm_server: Server) -> None:
         "max_sequence_length": 256,
         "profiles": {"default": {"is_default": True}},
     }
-    assert httpx.get(f"{minilm_server.url}/v1/models", timeout=10).json() == {"models": [info]}
+    # SIE's fields exactly; this server adds its own beside them (placement, lifecycle counts).
+    assert {key: info[key] for key in expected} == expected
+    listed = {m["name"]: m for m in httpx.get(f"{minilm_server.url}/v1/models", timeout=10).json()["models"]}
+    assert set(listed) == set(load_catalog().names())  # the built-ins: MiniLM, SPLADE-tiny, Rampart
+    assert {key: listed[MINILM][key] for key in expected} == expected
 
 
 # -- OpenAI /v1/embeddings --------------------------------------------------------------------------------

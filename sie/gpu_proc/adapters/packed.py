@@ -21,8 +21,12 @@ import torch.nn.functional as F
 
 # model_type -> first position id (RoBERTa-style models count positions from padding_idx + 1).
 _POSITION_START = {"bert": None, "roberta": "pad+1", "xlm-roberta": "pad+1", "camembert": "pad+1"}
-# Attention groups: close a group when its padding would exceed this share of its padded tokens.
-MAX_GROUP_WASTE = 0.1
+# Attention groups: close a group when its padding would exceed this share of its padded tokens,
+# but only once it holds MIN_GROUP_ITEMS sequences: each group costs a few tensor ops per layer,
+# which outweigh the padded attention they save for short texts (attention is the small part of
+# an encoder layer; the dense layers, which never see padding here, are the large one).
+MAX_GROUP_WASTE = 0.2
+MIN_GROUP_ITEMS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +104,16 @@ class PackedEncoder:
     def _attend(self, self_attention: Any, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
         width = hidden.shape[-1]
         head_dim = width // self._heads
-        qkv = [proj(hidden) for proj in (self_attention.query, self_attention.key, self_attention.value)]
-        padded = [torch.cat([t, t.new_zeros(1, width)]) for t in qkv]  # row T: what padding gathers
+        projections = (self_attention.query, self_attention.key, self_attention.value)
+        # One [T + 1, 3, width] tensor, so each group takes q, k and v with a single gather; row T
+        # is zeros, what padding positions gather.
+        qkv = torch.stack([proj(hidden) for proj in projections], dim=1)
+        qkv = torch.cat([qkv, qkv.new_zeros(1, 3, width)])
         context = hidden.new_empty(hidden.shape)
         for index, key_mask in packing.groups:
             g, length = index.shape
-            q, k, v = (t[index].view(g, length, self._heads, head_dim).transpose(1, 2) for t in padded)
+            block = qkv[index].view(g, length, 3, self._heads, head_dim)
+            q, k, v = (block[:, :, i].transpose(1, 2) for i in range(3))
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
             real = index < len(hidden)
             context[index[real]] = out.transpose(1, 2).reshape(g, length, width)[real]
@@ -136,13 +144,15 @@ def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: 
     return Packing(valid, groups)
 
 
-def _groups(sorted_lengths: list[int], max_waste: float) -> list[list[int]]:
-    """Consecutive runs of the sorted lengths whose padding stays under `max_waste`."""
+def _groups(sorted_lengths: list[int], max_waste: float, min_items: int = MIN_GROUP_ITEMS) -> list[list[int]]:
+    """Consecutive runs of the sorted lengths whose padding stays under `max_waste` (a run shorter
+    than `min_items` grows past that bound instead of closing)."""
     groups: list[list[int]] = []
     current: list[int] = []
     real = 0
     for j, length in enumerate(sorted_lengths):
-        if current and real + length < (1 - max_waste) * (len(current) + 1) * length:
+        too_wasteful = real + length < (1 - max_waste) * (len(current) + 1) * length
+        if len(current) >= min_items and too_wasteful:
             groups.append(current)
             current, real = [], 0
         current.append(j)

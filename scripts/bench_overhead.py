@@ -1,0 +1,201 @@
+"""What serving costs around a forward pass that is nearly free: requests/s and CPU per request.
+
+    python scripts/bench_overhead.py [--duration-s 15] [--connections 64] [--frontends 2]
+                                     [--server-arg=--flag=value ...] [--no-bare]
+
+It builds a tiny random BERT (1 layer, hidden 32) with all-MiniLM-L6-v2's tokenizer and serves it
+under the MiniLM id, so the model costs almost nothing and everything else shows: HTTP, decoding,
+tokenizing, ring messages, batching, rendering. `wrk` (Debian package `wrk`, a C load generator
+that costs little CPU) sends one 10-40-word JSON item per request over keep-alive connections.
+
+In the same run it measures the bare HTTP stack (scripts/_bare_stack.py: Starlette on hypercorn,
+2 workers, msgspec decode + tokenize + a fixed JSON reply) as the ceiling, with the asyncio loop
+and with uvloop. For sie it reports the CPU time each process kind spent per request (from /proc):
+device microseconds per item and frontend microseconds per request.
+
+The last stdout line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _server import REPO, cpu_seconds, free_port, server_pids, start_server, stop_server
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+WORDS = ["protein", "cell", "gene", "expression", "mice", "treatment", "patients", "study", "results", "analysis", "levels", "increased", "decreased", "response", "disease", "clinical", "data", "model", "effect", "risk", "factors", "associated", "significant", "human", "tumor", "growth", "signaling", "pathway", "receptor", "activity", "function", "role", "evidence"]
+
+
+def build_tiny_model(root: Path) -> Path:
+    """A models dir serving a 1-layer, hidden-32 random BERT under the MiniLM id."""
+    import torch
+    import transformers
+    import yaml
+
+    from sie.model_config import load_catalog, resolve_weights_dir
+
+    minilm = resolve_weights_dir(load_catalog().get(MINILM))
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    torch.manual_seed(0)
+    folder = root / "tiny"
+    transformers.BertModel(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(minilm / name, folder / name)
+    models = root / "models"
+    models.mkdir()
+    body = {
+        "sie_id": MINILM,
+        "weights": {"path": str(folder)},
+        "tasks": {"encode": {"dense": {"dim": 32}}},
+        "max_sequence_length": 256,
+        "adapter": "dense",
+    }
+    (models / "tiny.yaml").write_text(yaml.safe_dump(body))
+    return models
+
+
+def request_bodies(n: int, seed: int = 0) -> list[bytes]:
+    import random
+
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) for _ in range(n)]
+    return [json.dumps({"items": [{"text": t}]}).encode() for t in texts]
+
+
+def wrk_script(path: Path, bodies: list[bytes], target: str) -> Path:
+    lua = ["bodies = {"]
+    lua += [f"  {json.dumps(b.decode())}," for b in bodies]
+    lua += ["}", "counter = 0", 'wrk.method = "POST"', 'wrk.headers["content-type"] = "application/json"',
+            'wrk.headers["accept"] = "application/json"', "request = function()",
+            "  counter = counter % #bodies + 1",
+            f'  return wrk.format(nil, "{target}", nil, bodies[counter])', "end"]  # fmt: skip
+    path.write_text("\n".join(lua))
+    return path
+
+
+def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict[str, Any]:
+    done = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:.0f}s", "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    out = done.stdout
+    result: dict[str, Any] = {"requests_per_s": float(_find(r"Requests/sec:\s+([\d.]+)", out))}
+    result["requests"] = int(_find(r"(\d+) requests in", out))
+    result["non_2xx"] = int(_find(r"Non-2xx or 3xx responses: (\d+)", out, "0"))
+    for q in ("50", "99"):
+        result[f"p{q}_ms"] = _ms(_find(rf"\s{q}%\s+([\d.]+\w+)", out))
+    return result
+
+
+def _find(pattern: str, text: str, default: str | None = None) -> str:
+    match = re.search(pattern, text)
+    if match is None:
+        if default is None:
+            raise SystemExit(f"wrk output did not match {pattern!r}:\n{text}")
+        return default
+    return match.group(1)
+
+
+def _ms(value: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(\w+)", value).groups()  # type: ignore[union-attr]
+    return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+
+
+def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace, loop: str) -> dict[str, Any]:
+    port = free_port()
+    env = {**os.environ, "BARE_STACK_TOKENIZER": str(tokenizer), "PYTHONPATH": str(REPO / "scripts")}
+    argv = [sys.executable, "-m", "hypercorn", "-w", str(args.frontends), "-b", f"127.0.0.1:{port}",
+            "--worker-class", loop, "--access-logfile", "-", "_bare_stack:app"]  # fmt: skip
+    argv.remove("--access-logfile")
+    argv.remove("-")
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_for_port(port)
+        script = wrk_script(Path(tempfile.mkdtemp()) / "bare.lua", bodies, f"/v1/encode/{MINILM}")
+        run_wrk(url, script, 3, args.connections)  # warm-up
+        return run_wrk(url, script, args.duration_s, args.connections)
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _wait_for_port(port: int, timeout_s: float = 30) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def measure_sie(bodies: list[bytes], models_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    extra = ["--models-dir", str(models_dir), *args.server_arg]
+    process, url, _, log_path = start_server(args.frontends, extra, "overhead")
+    try:
+        script = wrk_script(Path(tempfile.mkdtemp()) / "sie.lua", bodies, f"/v1/encode/{MINILM}")
+        run_wrk(url, script, 3, args.connections)  # warm-up: tokenizer caches, allocator, JIT-less paths
+        roles = server_pids(process.pid)
+        before = {pid: cpu_seconds(pid) for pid in roles}
+        result = run_wrk(url, script, args.duration_s, args.connections)
+        spent: dict[str, float] = {}
+        for pid, role in roles.items():
+            spent[role] = spent.get(role, 0.0) + cpu_seconds(pid) - before[pid]
+        n = max(result["requests"], 1)
+        result["device_us_per_item"] = round(spent.get("device", 0.0) / n * 1e6, 1)
+        result["frontend_us_per_request"] = round(spent.get("frontend", 0.0) / n * 1e6, 1)
+        result["supervisor_us_per_request"] = round(spent.get("supervisor", 0.0) / n * 1e6, 1)
+        result["server_log"] = str(log_path)
+        return result
+    finally:
+        stop_server(process)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration-s", type=float, default=15.0)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--frontends", type=int, default=2)
+    parser.add_argument("--server-arg", action="append", default=[], help="extra flag for sie serve")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare HTTP stack")
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is missing: apt-get install wrk")
+    bodies = request_bodies(500)
+    report: dict[str, Any] = {"connections": args.connections, "frontends": args.frontends}
+    with tempfile.TemporaryDirectory() as tmp:
+        models_dir = build_tiny_model(Path(tmp))
+        if not args.no_bare:
+            tokenizer = Path(tmp) / "tiny" / "tokenizer.json"
+            for loop in ("asyncio", "uvloop"):
+                report[f"bare_{loop}"] = measure_bare(bodies, tokenizer, args, loop)
+                print(f"bare stack ({loop}): {report[f'bare_{loop}']}", flush=True)
+        report["sie"] = measure_sie(bodies, models_dir, args)
+    print(f"sie: {report['sie']}", flush=True)
+    if "bare_uvloop" in report:
+        best = max(report["bare_asyncio"]["requests_per_s"], report["bare_uvloop"]["requests_per_s"])
+        report["sie_vs_best_bare"] = round(report["sie"]["requests_per_s"] / best, 3)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
