@@ -1,0 +1,268 @@
+"""Image embeddings per second through sie against the raw transformers pipeline, in one run; and
+Whisper's real-time factor with windows batched against one at a time.
+
+    python scripts/bench_images.py [--frontends 2] [--clients 8] [--images-per-request 4]
+                                   [--duration-s 20] [--peer-url URL] [--model-dir DIR]
+    python scripts/bench_images.py --whisper --whisper-dir DIR [--windows 8]
+
+Images: 32 JPEGs of 640x480 (a colour field with noise, fixed seed), made in memory.
+
+Model: a small random CLIP (2 layers, hidden 64, 224 px, patch 32, projection 512, CLIP's
+processor) built into a temporary folder unless `--model-dir` names one, so that decoding and
+resizing, not the model, dominate: the work the frontends spread over processes.
+
+Raw pipeline (measured first, while no server runs): in this process, `PIL.Image.open` +
+`CLIPImageProcessor` (Pillow backend) + `get_image_features`, the same 4 images a call, one call
+after another, torch on every core: `raw_images_per_s`.
+
+sie: `python -m sie serve` with the model preloaded; `--clients` concurrent clients, each posting
+msgpack requests of `--images-per-request` JPEG bytes to /v1/encode: `sie_images_per_s`. With
+`--peer-url` the same load also goes to another server (e.g. the real sie-server started by its
+peer script with this model folder as openai/clip-vit-base-patch32): `peer_images_per_s`.
+
+Whisper (`--whisper`): `--windows` 30 s windows of noise to /v1/extract of the Whisper model in
+`--whisper-dir`, first one request per window one after another, then all in one request (one
+device batch): `rtf_single` and `rtf_batched` are seconds of audio transcribed per second.
+
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import numpy as np
+from _server import start_server, stop_server
+
+MODEL_ID = "bench/clip"
+PEER_MODEL_ID = "openai/clip-vit-base-patch32"
+
+
+def make_images(n: int = 32, width: int = 640, height: int = 480) -> list[bytes]:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:height, 0:width]
+    out = []
+    for i in range(n):
+        base = np.stack([x * 255 / width, y * 255 / height, (x + y + 40 * i) % 256], axis=-1)
+        pixels = np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+        out.append(buffer.getvalue())
+    return out
+
+
+def make_clip(folder: Path) -> Path:
+    """A random CLIP with CLIP's preprocessing and a byte-level BPE tokenizer (no download)."""
+    import torch
+    import transformers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    symbols = list(bytes_to_unicode().values())
+    vocab = {s: i for i, s in enumerate(symbols)}
+    vocab.update({s + "</w>": len(symbols) + i for i, s in enumerate(symbols)})
+    vocab["<|startoftext|>"], vocab["<|endoftext|>"] = len(vocab), len(vocab) + 1
+    transformers.CLIPTokenizer(vocab=vocab, merges=[]).save_pretrained(folder)
+    tower = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256}
+    config = transformers.CLIPConfig(
+        text_config={
+            **tower,
+            "vocab_size": len(vocab),
+            "eos_token_id": len(vocab) - 1,
+            "bos_token_id": len(vocab) - 2,
+        },
+        vision_config={**tower, "image_size": 224, "patch_size": 32},
+        projection_dim=512,
+    )
+    torch.manual_seed(0)
+    transformers.CLIPModel(config).eval().save_pretrained(folder)
+    transformers.CLIPImageProcessorPil().save_pretrained(folder)
+    return folder
+
+
+def write_models_dir(root: Path, weights: Path, sie_id: str, adapter: str, inputs: dict[str, bool]) -> Path:
+    import yaml
+
+    models = root / "models"
+    models.mkdir(exist_ok=True)
+    tasks = {"encode": {"dense": {"dim": 512}}} if adapter == "clip" else {"extract": {}}
+    config = {
+        "sie_id": sie_id,
+        "weights": {"path": str(weights)},
+        "inputs": inputs,
+        "tasks": tasks,
+        "adapter": adapter,
+    }
+    (models / f"{adapter}.yaml").write_text(yaml.safe_dump(config))
+    return models
+
+
+def raw_pipeline(folder: Path, images: list[bytes], per_call: int, duration_s: float) -> float:
+    """Images per second: open + processor + get_image_features, one call after another."""
+    import torch
+    import transformers
+    from PIL import Image
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    processor = transformers.CLIPImageProcessorPil.from_pretrained(folder)
+    model: Any = transformers.CLIPModel.from_pretrained(folder).eval()
+    done, started, i = 0, time.perf_counter(), 0
+    while time.perf_counter() - started < duration_s:
+        batch = [Image.open(io.BytesIO(images[(i + k) % len(images)])) for k in range(per_call)]
+        with torch.inference_mode():
+            model.get_image_features(**processor(batch, return_tensors="pt"))
+        done, i = done + per_call, i + per_call
+    return done / (time.perf_counter() - started)
+
+
+def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) -> dict[str, float]:
+    """`--clients` threads posting msgpack requests of `--images-per-request` images until the clock ends."""
+    bodies = [
+        msgpack.packb(
+            {
+                "items": [
+                    {"images": [{"data": images[(i + k) % len(images)], "format": "jpeg"}]}
+                    for k in range(args.images_per_request)
+                ]
+            },
+            use_bin_type=True,
+        )
+        for i in range(0, len(images), args.images_per_request)
+    ]
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    deadline = time.monotonic() + args.warmup_s + args.duration_s
+    measure_from = time.monotonic() + args.warmup_s
+
+    def client(seed: int) -> None:
+        with httpx.Client(timeout=120) as http:
+            i = seed
+            while (now := time.monotonic()) < deadline:
+                response = http.post(
+                    f"{url}/v1/encode/{model}",
+                    content=bodies[i % len(bodies)],
+                    headers={"content-type": "application/msgpack"},
+                )
+                i += 1
+                with lock:
+                    if response.status_code != 200:
+                        errors[0] += 1
+                    elif now >= measure_from:
+                        latencies.append(time.monotonic() - now)
+
+    threads = [threading.Thread(target=client, args=(seed,)) for seed in range(args.clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    images_done = len(latencies) * args.images_per_request
+    return {
+        "images_per_s": round(images_done / args.duration_s, 1),
+        "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
+        "errors": errors[0],
+    }
+
+
+def whisper_rtf(args: argparse.Namespace) -> dict[str, Any]:
+    import soundfile
+
+    root = Path(tempfile.mkdtemp(prefix="bench-whisper-"))
+    models = write_models_dir(
+        root, Path(args.whisper_dir), "bench/whisper", "whisper", {"text": False, "audio": True}
+    )
+    rng = np.random.default_rng(0)
+    windows = []
+    for _ in range(args.windows):
+        buffer = io.BytesIO()
+        soundfile.write(
+            buffer, (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32), 16000, format="FLAC"
+        )
+        windows.append(buffer.getvalue())
+    server, url, _, _ = start_server(1, ["--models-dir", str(models), "--preload", "bench/whisper"], "benchw")
+    try:
+        post = lambda items: httpx.post(  # noqa: E731
+            f"{url}/v1/extract/bench/whisper",
+            content=msgpack.packb({"items": items}, use_bin_type=True),
+            headers={"content-type": "application/msgpack"},
+            timeout=600,
+        ).raise_for_status()
+        post([{"audio": {"data": windows[0]}}])  # warm up
+        started = time.perf_counter()
+        for window in windows:
+            post([{"audio": {"data": window}}])
+        single_s = time.perf_counter() - started
+        started = time.perf_counter()
+        post([{"audio": {"data": window}} for window in windows])
+        batched_s = time.perf_counter() - started
+    finally:
+        stop_server(server)
+    audio_s = 30.0 * args.windows
+    return {
+        "windows": args.windows,
+        "rtf_single": round(audio_s / single_s, 2),
+        "rtf_batched": round(audio_s / batched_s, 2),
+    }
+
+
+def images_bench(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="bench-images-"))
+    folder = Path(args.model_dir) if args.model_dir else make_clip(root / "clip")
+    images = make_images()
+    result: dict[str, Any] = {"model_dir": str(folder), "cores": len(os.sched_getaffinity(0))}
+    result["raw_images_per_s"] = round(
+        raw_pipeline(folder, images, args.images_per_request, args.duration_s), 1
+    )
+    models = write_models_dir(root, folder, MODEL_ID, "clip", {"text": True, "image": True})
+    extra = ["--models-dir", str(models), "--preload", MODEL_ID]
+    server, url, _, _ = start_server(args.frontends, extra, "benchi")
+    try:
+        sie = load(url, MODEL_ID, images, args)
+    finally:
+        stop_server(server)
+    result.update({f"sie_{k}": v for k, v in sie.items()})
+    result["sie_vs_raw"] = round(sie["images_per_s"] / result["raw_images_per_s"], 2)
+    if args.peer_url:
+        peer = load(args.peer_url, PEER_MODEL_ID, images, args)
+        result.update({f"peer_{k}": v for k, v in peer.items()})
+        result["sie_vs_peer"] = round(sie["images_per_s"] / max(peer["images_per_s"], 1e-9), 2)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--frontends", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--images-per-request", type=int, default=4)
+    parser.add_argument("--duration-s", type=float, default=20.0)
+    parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument("--model-dir", help="a CLIP weights folder (default: build a small random one)")
+    parser.add_argument("--peer-url", help="also load another server serving the model as " + PEER_MODEL_ID)
+    parser.add_argument("--whisper", action="store_true", help="measure Whisper's real-time factor instead")
+    parser.add_argument("--whisper-dir", help="a Whisper weights folder (with tokenizer.json)")
+    parser.add_argument("--windows", type=int, default=8)
+    args = parser.parse_args(argv)
+    if args.whisper and not args.whisper_dir:
+        parser.error("--whisper needs --whisper-dir")
+    result = whisper_rtf(args) if args.whisper else images_bench(args)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

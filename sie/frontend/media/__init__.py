@@ -1,0 +1,1 @@
+"""Image and audio bytes -> the fixed-shape arrays a device takes (decoding runs in the frontends)."""

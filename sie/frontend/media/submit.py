@@ -1,0 +1,88 @@
+"""Media requests to a device: cut to fit the request ring, prepared off the event loop, pipelined.
+
+Pixels and samples are large next to token ids, so a request's images or audio windows ("units")
+go as several ring messages of at most 1/8 of the ring each, at most half a ring of them in
+flight per request. Each message's units are decoded and resized on a worker thread (Pillow,
+libsndfile and soxr release the GIL) just before it is sent, so decoding the next message
+overlaps the device's work on the previous one, and a request never holds more decoded pixels
+than it has in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sie.errors import InputTooLong
+from sie.frontend.results import Results
+from sie.frontend.state import FrontendState
+from sie.shm.layout import TokenBatch
+
+U = TypeVar("U")
+MESSAGE_SHARE = 8
+IN_FLIGHT_SHARE = 2
+HEADER_ALLOWANCE = 4096  # offsets, token ids and alignment beside the media bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    batch: TokenBatch
+    meta: list[Any]  # one entry per unit (original image size, window duration, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted(Generic[U]):
+    """Every unit's results, message by message in unit order, with the stage timings."""
+
+    parts: list[tuple[Results, list[Any]]]  # (the message's results, its units' meta)
+    prepare_ms: float  # decoding and resizing, summed over messages
+    queue_ms: float
+    inference_ms: float
+
+
+def plan_messages(n_units: int, unit_bytes: int, ring_bytes: int) -> list[slice]:
+    """Consecutive runs of units, each within 1/MESSAGE_SHARE of the ring (at least one unit)."""
+    if unit_bytes + HEADER_ALLOWANCE > ring_bytes:
+        raise InputTooLong(
+            f"One input needs {unit_bytes} bytes of device queue, more than its {ring_bytes}; "
+            "raise --request-ring-bytes"
+        )
+    per_message = max(1, (ring_bytes // MESSAGE_SHARE - HEADER_ALLOWANCE) // max(1, unit_bytes))
+    return [slice(start, min(start + per_message, n_units)) for start in range(0, n_units, per_message)]
+
+
+async def submit_units(
+    state: FrontendState,
+    units: Sequence[U],
+    unit_bytes: int,
+    prepare: Callable[[Sequence[U]], Prepared],
+) -> Submitted[U]:
+    """Prepare and submit every unit; the first failure cancels the messages still under way."""
+    ring_bytes = state.settings.request_ring_bytes
+    slices = plan_messages(len(units), unit_bytes, ring_bytes)
+    message_bytes = (slices[0].stop - slices[0].start) * unit_bytes
+    gate = asyncio.Semaphore(max(1, (ring_bytes // IN_FLIGHT_SHARE) // max(1, message_bytes)))
+
+    async def one(part: slice) -> tuple[Results, list[Any], float]:
+        async with gate:
+            started = time.perf_counter()
+            prepared = await asyncio.to_thread(prepare, units[part])
+            prepare_ms = (time.perf_counter() - started) * 1000
+            results = await state.devices.submit(prepared.batch)
+        return results, prepared.meta, prepare_ms
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(part)) for part in slices]
+    except ExceptionGroup as failed:  # the first error is the request's answer (a 400, a 503, ...)
+        raise failed.exceptions[0] from None
+    done = [task.result() for task in tasks]
+    return Submitted(
+        parts=[(results, meta) for results, meta, _ in done],
+        prepare_ms=sum(ms for _, _, ms in done),
+        queue_ms=max(results.queue_ms for results, _, _ in done),
+        inference_ms=sum(results.inference_ms for results, _, _ in done),
+    )

@@ -1,0 +1,179 @@
+"""The encode task for items with images (CLIP, SigLIP): one vector per item, from its images.
+
+Each image is its own device item (cost 1, the pixels already at the model's size). An item with
+several images gets the mean of their normalized vectors, normalized again (SIE averages too; the
+second normalization keeps every returned vector unit-length when the model normalizes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sie.errors import InvalidInput
+from sie.frontend.media.images import decode_image, preprocess
+from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.pipeline import admit, config_key
+from sie.frontend.postprocess import l2_normalize
+from sie.frontend.state import FrontendState
+from sie.frontend.tasks.encode import Embedded, EmbedOptions, embed
+from sie.frontend.wire import ImageInput, Item
+from sie.media_config import ImageSpec, image_spec
+from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+
+
+@dataclass(frozen=True, slots=True)
+class ImageUnit:
+    """One image of a request, with where it came from (for results and error messages)."""
+
+    item: int  # the item's position in the request
+    image: int  # the image's position in the item
+    data: bytes
+    format: str | None
+
+    @property
+    def where(self) -> str:
+        return f"Item {self.item} image {self.image}"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageVectors:
+    dense: np.ndarray  # [n_items, dim] float32
+    n_images: int
+    prepare_ms: float
+    queue_ms: float
+    inference_ms: float
+
+
+def image_units(
+    positions: Sequence[int], images: Sequence[list[ImageInput]], max_per_item: int
+) -> list[ImageUnit]:
+    """Every image of the given items, in order; more than `max_per_item` on one item is a 400."""
+    units = []
+    for position, item_images in zip(positions, images, strict=True):
+        if len(item_images) > max_per_item:
+            raise InvalidInput(
+                f"Item {position} has {len(item_images)} images; at most {max_per_item} per item"
+            )
+        units.extend(ImageUnit(position, j, image.data, image.format) for j, image in enumerate(item_images))
+    return units
+
+
+def spec_of(state: FrontendState, config: ModelConfig) -> ImageSpec:
+    return state.tokenizers.derived(
+        config, "image-spec", lambda _: image_spec(resolve_weights_dir(config), config.family)
+    )
+
+
+def pixel_bytes(spec: ImageSpec) -> int:
+    return spec.height * spec.width * 3 * (4 if spec.float_pixels else 1)
+
+
+def decode_pixels(
+    units: Sequence[ImageUnit], spec: ImageSpec, max_pixels: int
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """[n, H, W, 3] pixels of the units and each original (width, height); runs on a worker thread."""
+    pixels, sizes = [], []
+    for unit in units:
+        decoded = decode_image(unit.data, unit.format, max_pixels, unit.where)
+        pixels.append(preprocess(decoded.image, spec))
+        sizes.append((decoded.width, decoded.height))
+    return np.stack(pixels), sizes
+
+
+async def embed_images(
+    state: FrontendState,
+    name: str,
+    positions: Sequence[int],
+    images: Sequence[list[ImageInput]],
+    *,
+    profile: str | None,
+    normalize: bool,
+) -> ImageVectors:
+    """One vector per item from its images (items at `positions` of the request)."""
+    units = image_units(positions, images, state.settings.max_images_per_item)
+    slot, config = admit(state, name, len(units), profile)
+    spec = spec_of(state, config)
+    key = config_key(profile or config.default_profile_name)
+    max_pixels = state.settings.max_image_pixels
+
+    def prepare(part: Sequence[ImageUnit]) -> Prepared:
+        pixels, sizes = decode_pixels(part, spec, max_pixels)
+        batch = TokenBatch(
+            req_id=0,
+            op=Op.ENCODE,
+            model_slot=slot,
+            offsets=np.zeros(len(part) + 1, np.int32),
+            input_ids=np.zeros(0, np.int32),
+            output_mask=mask_of({ResultKind.DENSE}),
+            config_key=key,
+            pixels=pixels,
+        )
+        return Prepared(batch, sizes)
+
+    submitted = await submit_units(state, units, pixel_bytes(spec), prepare)
+    rows = np.concatenate([results.rows[ResultKind.DENSE] for results, _ in submitted.parts])
+    return ImageVectors(
+        dense=_per_item(rows, [unit.item for unit in units], normalize),
+        n_images=len(units),
+        prepare_ms=submitted.prepare_ms,
+        queue_ms=submitted.queue_ms,
+        inference_ms=submitted.inference_ms,
+    )
+
+
+def _per_item(rows: np.ndarray, owners: list[int], normalize: bool) -> np.ndarray:
+    """Rows of consecutive images of one item -> one row per item (the mean of several)."""
+    vectors = l2_normalize(rows) if normalize else rows
+    bounds = np.flatnonzero(np.diff(owners)) + 1
+    groups = np.split(vectors, bounds)
+    out = np.stack([group[0] if len(group) == 1 else group.mean(axis=0) for group in groups]).astype(
+        np.float32
+    )
+    return l2_normalize(out) if normalize else out
+
+
+async def embed_items(
+    state: FrontendState, name: str, items: Sequence[Item], texts: list[str], options: EmbedOptions
+) -> Embedded:
+    """Image items through the image tower, the others (`texts[i]`) through `embed`, in order."""
+    image_at = [i for i, item in enumerate(items) if item.images]
+    if not image_at:
+        return await embed(state, name, texts, options)
+    text_at = [i for i, item in enumerate(items) if not item.images]
+    _, config = state.model(name)
+    runtime = config.profile(options.profile).adapter_options.runtime
+    normalize = runtime.normalize if options.normalize is None else options.normalize
+    pictures = embed_images(
+        state,
+        name,
+        image_at,
+        [items[i].images or [] for i in image_at],
+        profile=options.profile,
+        normalize=normalize,
+    )
+    if text_at:
+        words, vectors = await asyncio.gather(
+            embed(state, name, [texts[i] for i in text_at], options), pictures
+        )
+    else:
+        words, vectors = None, await pictures
+    dense = np.empty((len(items), vectors.dense.shape[1]), np.float32)
+    dense[image_at] = vectors.dense
+    if words is not None and words.dense is not None:
+        dense[text_at] = words.dense
+    return Embedded(
+        dense=dense,
+        sparse=None,
+        multivector=None,
+        sparse_dims=0,
+        input_tokens=words.input_tokens if words else 0,
+        tokenization_ms=vectors.prepare_ms + (words.tokenization_ms if words else 0.0),
+        queue_ms=max(vectors.queue_ms, words.queue_ms if words else 0.0),
+        inference_ms=vectors.inference_ms + (words.inference_ms if words else 0.0),
+        postprocessing_ms=words.postprocessing_ms if words else 0.0,
+    )

@@ -1,0 +1,115 @@
+"""CLIP and SigLIP: one vector space for text and images, each through its own tower.
+
+A text batch goes through `get_text_features`, an image batch through `get_image_features` (the
+batcher never mixes them), both projected and not normalized (the frontend normalizes, as for
+dense). Pixels arrive resized and cropped; normalization to the model's mean and std runs here.
+SigLIP's text tower pools the last position and was trained on text padded to its full length
+without an attention mask, so its text is padded that way (as its processor's `padding="max_length"`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.common import (
+    compute_dtype,
+    from_pretrained,
+    place,
+    release,
+    rows_output,
+    tensor_bytes,
+)
+from sie.gpu_proc.outputs import Output
+from sie.media_config import ImageSpec, image_spec
+from sie.shm.layout import ResultKind
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from sie.model_config import ModelConfig
+
+
+class PixelNormalizer:
+    """Received pixels [n, H, W, 3] -> the model's normalized float [n, 3, H, W]."""
+
+    def __init__(self, spec: ImageSpec, device: torch.device) -> None:
+        self.scale = spec.device_scale
+        self.do_normalize = spec.do_normalize
+        self.mean = torch.tensor(spec.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(spec.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+
+    def __call__(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        values = pixels.permute(0, 3, 1, 2).to(torch.float32)
+        if self.scale != 1.0:
+            values = values * self.scale
+        if self.do_normalize:
+            values = (values - self.mean) / self.std
+        return values.to(dtype)
+
+
+class ClipAdapter:
+    kinds = frozenset({ResultKind.DENSE})
+
+    def __init__(self, model: PreTrainedModel, spec: ImageSpec, *, name: str) -> None:
+        self.name = name
+        self.device = model.device
+        self.dtype = model.dtype
+        text_config = model.config.text_config
+        self.pad_token_id = int(text_config.pad_token_id or 0)
+        self.is_siglip = "siglip" in str(model.config.model_type)
+        self._text_length = int(text_config.max_position_embeddings)
+        self._model: PreTrainedModel | None = model
+        self._normalizer = PixelNormalizer(spec, self.device)
+        self._memory_bytes = tensor_bytes(model)
+
+    @classmethod
+    def load(
+        cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
+    ) -> ClipAdapter:
+        from transformers import AutoModel  # deferred: importing transformers costs a second or more
+
+        torch_device = torch.device(device)
+        dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
+        model = from_pretrained(AutoModel, weights_dir, dtype)
+        place(model, torch_device)
+        return cls(model, image_spec(weights_dir, "clip"), name=config.sie_id)
+
+    def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
+        model = self._live()
+        with torch.inference_mode():
+            if inputs.pixels is not None:
+                features = model.get_image_features(pixel_values=self._normalizer(inputs.pixels, self.dtype))
+            else:
+                features = model.get_text_features(**self._text_inputs(inputs))
+        return {ResultKind.DENSE: rows_output(ResultKind.DENSE, _pooled(features))}
+
+    def _text_inputs(self, inputs: ForwardInputs) -> dict[str, torch.Tensor]:
+        if not self.is_siglip:
+            return {"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask}
+        ids = inputs.input_ids[:, : self._text_length]
+        padded = torch.full(
+            (len(ids), self._text_length), self.pad_token_id, dtype=ids.dtype, device=ids.device
+        )
+        padded[:, : ids.shape[1]] = ids  # right padding with the pad id, which the runner also used
+        return {"input_ids": padded}
+
+    def _live(self) -> PreTrainedModel:
+        if self._model is None:
+            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        return self._model
+
+    def memory_bytes(self) -> int:
+        return self._memory_bytes if self._model is not None else 0
+
+    def close(self) -> None:
+        self._model = None
+        release(self.device)
+
+
+def _pooled(features: Any) -> torch.Tensor:
+    # transformers 5 returns a model output whose pooler_output is the projected vector; 4.x a tensor.
+    return features if isinstance(features, torch.Tensor) else features.pooler_output
