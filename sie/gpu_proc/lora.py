@@ -1,0 +1,111 @@
+"""LoRA adapters of one loaded model: loaded with PEFT on first use, least recently used dropped.
+
+PEFT injects its LoRA layers into the model's own modules, in place, so every adapter family (and
+the packed forward, which calls those modules) runs them without knowing. One adapter is active
+per batch: batches never mix adapters (their config key differs), and a batch without one runs
+with the LoRA layers disabled, which is exactly the base model. Loading mutates the module tree,
+so it and each forward take the same lock; loads are rare and short (megabytes of weights).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class LoraMissing(Exception):
+    """The batch names an adapter that is not loaded (it was dropped since the batch was admitted)."""
+
+
+class LoraSet:
+    def __init__(self, module: Any, paths: dict[str, str], capacity: int) -> None:
+        self.module = module
+        self.names = sorted(paths)  # index i + 1 on the wire (sie.shm.layout.lora_of) is names[i]
+        self._paths = paths
+        self._capacity = capacity
+        self._peft: Any = None
+        self._last_used: dict[str, float] = {}  # loaded adapters only
+        self._failed: dict[str, tuple[float, str]] = {}  # name -> (monotonic s, error)
+        self._loading: set[str] = set()
+        self._lock = threading.Lock()
+
+    def name_of(self, index: int) -> str | None:
+        return self.names[index - 1] if 0 < index <= len(self.names) else None
+
+    def is_loaded(self, name: str) -> bool:
+        return name in self._last_used
+
+    def failure(self, name: str, cooldown_s: float) -> str | None:
+        """The load error of `name` while its cool-down lasts, else None."""
+        failed = self._failed.get(name)
+        if failed is None or time.monotonic() - failed[0] >= cooldown_s:
+            return None
+        return failed[1]
+
+    def begin_load(self, name: str) -> bool:
+        """Claim the load of `name` (False: loaded or already being loaded)."""
+        if name in self._loading or self.is_loaded(name):
+            return False
+        self._loading.add(name)
+        return True
+
+    def load(self, name: str) -> None:
+        """Load `name` (loader thread), then drop the least recently used beyond capacity."""
+        try:
+            with self._lock:
+                self._inject(name)
+                self._last_used[name] = time.monotonic()
+                self._failed.pop(name, None)
+                while len(self._last_used) > self._capacity:
+                    self._drop(min(self._last_used, key=self._last_used.__getitem__))
+        except Exception as exc:  # a bad adapter fails its requests, never the model or the device
+            message = f"{type(exc).__name__}: {exc}"
+            log.error("LoRA adapter load failed", extra={"lora": name, "error": message})
+            self._failed[name] = (time.monotonic(), message)
+        finally:
+            self._loading.discard(name)
+
+    @contextlib.contextmanager
+    def applied(self, name: str | None) -> Iterator[None]:
+        """Run the body with `name` active (None: the base model); LoraMissing if it is not loaded."""
+        with self._lock:
+            if self._peft is not None:
+                self._activate(name)
+            elif name is not None:
+                raise LoraMissing(name)
+            yield
+
+    def _activate(self, name: str | None) -> None:
+        layers = self._peft.base_model
+        if name is None:
+            layers.disable_adapter_layers()
+            return
+        if name not in self._last_used:
+            raise LoraMissing(name)
+        self._last_used[name] = time.monotonic()
+        layers.enable_adapter_layers()
+        if layers.active_adapters != [name]:
+            layers.set_adapter(name)
+
+    def _inject(self, name: str) -> None:
+        from peft import PeftModel  # deferred: only servers with LoRA adapters pay for importing it
+
+        started = time.monotonic()
+        if self._peft is None:
+            self._peft = PeftModel.from_pretrained(self.module, self._paths[name], adapter_name=name)
+        else:
+            self._peft.load_adapter(self._paths[name], adapter_name=name)
+        self._peft.to(next(self.module.parameters()).device)
+        self._peft.eval()
+        log.info("LoRA adapter loaded", extra={"lora": name, "load_s": round(time.monotonic() - started, 2)})
+
+    def _drop(self, name: str) -> None:
+        del self._last_used[name]
+        self._peft.delete_adapter(name)
+        log.info("LoRA adapter unloaded", extra={"lora": name})

@@ -1,0 +1,116 @@
+"""Measuring a device's memory: what is used and what there is, read from the system, not guessed.
+
+CPU: the process's resident set against the memory it could still get (its RSS plus what the
+system has available), via psutil. CUDA: device-wide use from `torch.cuda.mem_get_info`. With
+`--device-memory-bytes` the capacity is that number instead, and use is this process's own (NVML's
+per-process figure, which counts the CUDA context, else torch's reserved bytes): that is how several
+servers share one GPU, and how tests force eviction with small models on a CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    used_bytes: int
+    capacity_bytes: int
+
+
+class MemoryProbe(Protocol):
+    def read(self) -> MemoryReading: ...
+
+    def release(self) -> None:
+        """Give memory freed by dropped weights back, so the next reading sees it gone."""
+        ...
+
+
+class CpuProbe:
+    def __init__(self, capacity_bytes: int | None = None) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._process = psutil.Process()
+        self._capacity = capacity_bytes
+        self._libc = _load_libc()
+
+    def read(self) -> MemoryReading:
+        rss = int(self._process.memory_info().rss)
+        if self._capacity:
+            return MemoryReading(rss, self._capacity)
+        return MemoryReading(rss, rss + int(self._psutil.virtual_memory().available))
+
+    def release(self) -> None:
+        # glibc keeps freed heap pages mapped; trimming returns them, so RSS falls after an unload.
+        if self._libc is not None:
+            self._libc.malloc_trim(0)
+
+
+class CudaProbe:
+    def __init__(self, device: str, capacity_bytes: int | None = None) -> None:
+        import torch
+
+        self._torch = torch
+        self._device = torch.device(device)
+        self._capacity = capacity_bytes
+        self._nvml: Any = None
+        self._handle: Any = None
+        if capacity_bytes:
+            self._nvml, self._handle = _nvml_handle(torch, self._device)
+
+    def read(self) -> MemoryReading:
+        cuda = self._torch.cuda
+        free, total = cuda.mem_get_info(self._device)
+        if not self._capacity:
+            return MemoryReading(int(total - free), int(total))
+        return MemoryReading(self._own_bytes(), self._capacity)
+
+    def _own_bytes(self) -> int:
+        reserved = int(self._torch.cuda.memory_reserved(self._device))
+        if self._handle is None:
+            return reserved
+        try:
+            processes = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except Exception:
+            return reserved
+        mine = [p.usedGpuMemory for p in processes if p.pid == os.getpid() and p.usedGpuMemory]
+        return max(reserved, int(sum(mine)))  # NVML misses pids inside some containers
+
+    def release(self) -> None:
+        self._torch.cuda.empty_cache()
+
+
+def probe_for(device: str, capacity_bytes: int | None = None) -> MemoryProbe:
+    if device.startswith("cuda"):
+        return CudaProbe(device, capacity_bytes)
+    return CpuProbe(capacity_bytes)
+
+
+def _load_libc() -> Any:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim  # noqa: B018 - glibc only; musl has none
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _nvml_handle(torch: Any, device: Any) -> tuple[Any, Any]:
+    """NVML and the handle of the GPU torch calls `device` (matched by UUID: indices may differ)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception as exc:  # no NVML (or no such device): torch's figure alone
+        log.info("NVML unavailable; using torch's reserved memory", extra={"error": str(exc)})
+        return None, None
+    return pynvml, handle

@@ -1,0 +1,255 @@
+"""Many models on one device: eviction under a memory bound in LRU order, idle unload, failed-load
+cool-down and retry, and requests in flight while another model is evicted. Real servers."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from tests.integration.reference import reference_embeddings
+from tests.integration.server import Server, shm_names, wait_until
+from tests.integration.texts import assert_close, random_texts
+from tests.integration.wire import decode, dense_matrix, encode
+from tests.tiny_models.dense import make_dense, model_yaml_dense
+
+pytestmark = pytest.mark.slow
+
+MODELS = [f"tiny/dense-{c}" for c in "abcd"]
+A, B, C, D = MODELS
+THRESHOLD_PERCENT = 80
+LOAD_S = 60.0
+
+
+@dataclass
+class Built:
+    models_dir: Path
+    folders: dict[str, Path]
+
+
+def build(root: Path, names: list[str]) -> Built:
+    models_dir = root / "models"
+    models_dir.mkdir(parents=True)
+    folders = {}
+    for seed, name in enumerate(names):
+        folder = folders[name] = make_dense(root / "weights" / name.replace("/", "__"), seed=seed)
+        (models_dir / f"{name.replace('/', '__')}.yaml").write_text(
+            yaml.safe_dump(model_yaml_dense(name, folder))
+        )
+    return Built(models_dir, folders)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def model_info(server: Server, name: str) -> dict[str, Any]:
+    response = httpx.get(f"{server.url}/v1/models/{name}", timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def states(server: Server) -> dict[str, str]:
+    models = httpx.get(f"{server.url}/v1/models", timeout=10).json()["models"]
+    return {m["name"]: m["state"] for m in models}
+
+
+def wait_state(server: Server, name: str, state: str, timeout_s: float = LOAD_S) -> dict[str, Any]:
+    return wait_until(
+        lambda: (info := model_info(server, name))["state"] == state and info, timeout_s, f"{name} {state}"
+    )
+
+
+def encode_loaded(server: Server, name: str, texts: list[str]) -> np.ndarray:
+    """Encode, loading the model first if it is not loaded (the first request starts the load)."""
+    body = {"items": [{"text": t} for t in texts]}
+    response = encode(server.url, name, body, as_json=False)
+    if response.status_code == 503:
+        detail = response.json()["detail"]
+        assert (detail["code"], response.headers["retry-after"]) == ("MODEL_LOADING", "5"), detail
+        wait_state(server, name, "loaded")
+        response = encode(server.url, name, body, as_json=False)
+    assert response.status_code == 200, response.text
+    return dense_matrix(decode(response))
+
+
+# -- a server whose models outgrow its memory ------------------------------------------------------
+
+
+@dataclass
+class Bounded:
+    server: Server
+    built: Built
+    capacity: int
+
+
+@pytest.fixture(scope="module")
+def lifecycle_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("lifecycle")
+
+
+@pytest.fixture(scope="module")
+def lifecycle(lifecycle_root: Path) -> Iterator[tuple[Server, Built]]:
+    """Idle unload after 2 s, and a 3 s cool-down after a failed load; one model's weights broken."""
+    built = build(lifecycle_root, ["tiny/ok", "tiny/broken"])
+    (built.folders["tiny/broken"] / "model.safetensors").write_bytes(b"not weights")
+    server = Server(
+        "--models-dir",
+        str(built.models_dir),
+        "--idle-evict-s",
+        "2",
+        "--load-failure-cooldown-s",
+        "3",
+        frontends=1,
+    ).wait_ready()
+    yield server, built
+    assert server.stop() == 0, server.log()
+    assert shm_names(server.instance) == []
+
+
+@pytest.fixture(scope="module")
+def bounded(lifecycle: tuple[Server, Built], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bounded]:
+    """Four ~60 MB models on a device whose threshold leaves room for about two and a half.
+
+    The capacity is the other server's device process with no model loaded, after it has loaded,
+    run and unloaded one (the model code is imported, the thread pools started), plus room: that
+    is what `--device-memory-bytes` is for on a CPU.
+    """
+    other, _ = lifecycle
+    encode_loaded(other, "tiny/ok", ["warm up the device's code"])
+    wait_state(other, "tiny/ok", "available", timeout_s=30)  # unloaded when idle
+    (idle_device,) = other.roles()["device"]
+    baseline = rss_bytes(idle_device)
+    built = build(tmp_path_factory.mktemp("bounded"), MODELS)
+    model_bytes = (built.folders[A] / "model.safetensors").stat().st_size
+    capacity = int((baseline + 2.5 * model_bytes) * 100 / THRESHOLD_PERCENT)
+    server = Server(
+        "--models-dir",
+        str(built.models_dir),
+        "--device-memory-bytes",
+        str(capacity),
+        "--memory-pressure-threshold-percent",
+        str(THRESHOLD_PERCENT),
+        "--max-batch-requests",
+        "4",
+        frontends=1,
+    ).wait_ready()
+    yield Bounded(server, built, capacity)
+    assert server.stop() == 0, server.log()
+    assert shm_names(server.instance) == []
+
+
+def test_round_robin_over_more_models_than_fit_evicts_least_recently_used(bounded: Bounded) -> None:
+    server = bounded.server
+    (device,) = server.roles()["device"]
+    texts = random_texts(3, 40, seed=5, numbered=True)
+    references = {
+        name: reference_embeddings(texts, bounded.built.folders[name], max_length=128) for name in MODELS
+    }
+    # A is used between every other request: LRU must keep it although it was loaded first.
+    order = [A, B, A, C, A, D, A, B, A, C, A, D, A, B]
+    last_used: dict[str, int] = {}
+    peak_rss = 0
+    evicted: list[str] = []
+    for step, name in enumerate(order):
+        before = {n for n, s in states(server).items() if s == "loaded"}
+        assert_close(encode_loaded(server, name, texts), references[name])
+        last_used[name] = step
+        peak_rss = max(peak_rss, rss_bytes(device))
+        after = {n for n, s in states(server).items() if s in ("loaded", "unloading")}
+        for gone in sorted(before - after):
+            # Everything kept (other than the model just loaded) was used after the one evicted.
+            kept = after - {name}
+            assert all(last_used[k] > last_used[gone] for k in kept), (step, gone, kept, last_used)
+            evicted.append(gone)
+    assert evicted, "nothing was evicted: the bound is too loose for this test"
+    assert A not in evicted
+    loads = {name: model_info(server, name)["loads"] for name in MODELS}
+    assert loads[A] == 1 and all(loads[n] >= 2 for n in (B, C, D)), loads
+    assert peak_rss <= bounded.capacity, (peak_rss, bounded.capacity)
+
+
+def test_a_request_in_flight_during_an_eviction_is_answered(bounded: Bounded) -> None:
+    server = bounded.server
+    for name in (D, C):
+        encode_loaded(server, name, ["warm"])
+    big = random_texts(128, 100, seed=9, numbered=True)  # 32 batches of 4: seconds of work for C
+    outcome: dict[str, Any] = {}
+
+    def send_big() -> None:
+        outcome["response"] = encode(server.url, C, {"items": [{"text": t} for t in big]}, as_json=False)
+        outcome["done_s"] = time.monotonic()
+
+    thread = threading.Thread(target=send_big, daemon=True)
+    thread.start()
+    wait_until(lambda: model_info(server, C)["queue_depth"] > 0, 30, "C's items queued")
+    # Loading A and B needs room while C works: C is busy (and used on every batch), D goes.
+    started_s = time.monotonic()
+    encode_loaded(server, A, ["x"])
+    encode_loaded(server, B, ["y"])
+    thread.join(120)
+    response = outcome["response"]
+    assert response.status_code == 200, response.text
+    assert outcome["done_s"] > started_s + 0.5, "C finished before the evictions; make its request bigger"
+    rows = list(range(0, len(big), 9))  # a sample: the reference runs one text at a time
+    reference = reference_embeddings([big[i] for i in rows], bounded.built.folders[C], max_length=128)
+    assert_close(dense_matrix(decode(response))[rows], reference)
+    assert states(server)[D] in ("available", "unloading")
+
+
+# -- idle unload and failed loads -----------------------------------------------------------------
+
+
+def test_an_idle_model_is_unloaded_and_reloads_on_request(lifecycle: tuple[Server, Built]) -> None:
+    server, built = lifecycle
+    texts = ["idle models go"]
+    reference = reference_embeddings(texts, built.folders["tiny/ok"], max_length=128)
+    assert_close(encode_loaded(server, "tiny/ok", texts), reference)
+    loads = model_info(server, "tiny/ok")["loads"]
+    used_s = time.monotonic()
+    wait_state(server, "tiny/ok", "available", timeout_s=30)
+    assert time.monotonic() - used_s >= 1.9  # not before its idle time
+    assert_close(encode_loaded(server, "tiny/ok", texts), reference)
+    assert model_info(server, "tiny/ok")["loads"] == loads + 1
+
+
+def test_a_failed_load_answers_502_for_the_cool_down_then_retries(lifecycle: tuple[Server, Built]) -> None:
+    server, built = lifecycle
+    name = "tiny/broken"
+    body = {"items": [{"text": "x"}]}
+    first = encode(server.url, name, body, as_json=True)
+    assert (first.status_code, first.json()["detail"]["code"]) == (503, "MODEL_LOADING")
+    info = wait_state(server, name, "failed", timeout_s=30)
+    assert info["last_error"]["code"] == "MODEL_LOAD_FAILED" and info["last_error"]["message"]
+    failed_s = time.monotonic()
+    refused = encode(server.url, name, body, as_json=True)
+    assert (refused.status_code, refused.json()["detail"]["code"]) == (502, "MODEL_LOAD_FAILED")
+    # Repair the weights meanwhile; the retry after the cool-down must load them.
+    good = make_dense(built.models_dir.parent / "good", seed=7)
+    shutil.copy(good / "model.safetensors", built.folders[name] / "model.safetensors")
+
+    def retried() -> bool:
+        response = encode(server.url, name, body, as_json=True)
+        if response.status_code == 502:
+            return False
+        assert (response.status_code, response.json()["detail"]["code"]) == (503, "MODEL_LOADING")
+        return True
+
+    wait_until(retried, 30, "the load is retried after the cool-down", interval_s=0.2)
+    assert time.monotonic() - failed_s >= 2.5
+    wait_state(server, name, "loaded")
+    assert model_info(server, name)["last_error"] is None
+    reference = reference_embeddings(["x"], good, max_length=128)
+    assert_close(encode_loaded(server, name, ["x"]), reference)
