@@ -10,7 +10,7 @@ stops it at the end. The raw-model part runs while no server is running (before 
 the two never fight for cores; with `--url` the server is idle while it runs.
 
 Texts: chunks of MIN..MAX consecutive words cut from the SciFact corpus
-(`../shared/data/beir-scifact/corpus.jsonl`, fixed seed) when that file exists, else random words
+(`data/beir-scifact/corpus.jsonl`, fixed seed) when that file exists, else random words
 from a fixed vocabulary. Each request carries `--items-per-request` of them, cycling over a pool.
 
 Tasks: `encode` (the default) posts `{"items": [...]}` to /v1/encode/{model}, with
@@ -55,7 +55,7 @@ from _raw_model import measure_raw  # scripts/ is on sys.path when run as a scri
 from _server import cpu_seconds, server_pids, start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
-SCIFACT_CORPUS = REPO.parent / "shared" / "data" / "beir-scifact" / "corpus.jsonl"
+SCIFACT_CORPUS = REPO / "data" / "beir-scifact" / "corpus.jsonl"  # README: Retrieval quality
 DEFAULT_MODELS = {"dense": "sentence-transformers/all-MiniLM-L6-v2", "sparse": "sie/splade-tiny"}
 QUERY_WORDS = (4, 12)
 VOCAB_TEXT = (

@@ -33,7 +33,41 @@ from typing import Any
 from _server import REPO, cpu_seconds, free_port, server_pids, start_server, stop_server
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-WORDS = ["protein", "cell", "gene", "expression", "mice", "treatment", "patients", "study", "results", "analysis", "levels", "increased", "decreased", "response", "disease", "clinical", "data", "model", "effect", "risk", "factors", "associated", "significant", "human", "tumor", "growth", "signaling", "pathway", "receptor", "activity", "function", "role", "evidence"]
+WORDS = [
+    "protein",
+    "cell",
+    "gene",
+    "expression",
+    "mice",
+    "treatment",
+    "patients",
+    "study",
+    "results",
+    "analysis",
+    "levels",
+    "increased",
+    "decreased",
+    "response",
+    "disease",
+    "clinical",
+    "data",
+    "model",
+    "effect",
+    "risk",
+    "factors",
+    "associated",
+    "significant",
+    "human",
+    "tumor",
+    "growth",
+    "signaling",
+    "pathway",
+    "receptor",
+    "activity",
+    "function",
+    "role",
+    "evidence",
+]
 
 
 def build_tiny_model(root: Path) -> Path:

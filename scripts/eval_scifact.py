@@ -31,7 +31,9 @@ import numpy as np
 from _server import start_server, stop_server  # scripts/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "beir-scifact"
+# BEIR's SciFact, unzipped here (the README says how; data/ is not in git): corpus.jsonl,
+# queries.jsonl and qrels/test.tsv. `--data DIR` reads it from anywhere else.
+DEFAULT_DATA = REPO / "data" / "beir-scifact"
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODELS = {"dense": DEFAULT_MODEL, "sparse": "sie/splade-tiny"}
 MSGPACK = "application/msgpack"

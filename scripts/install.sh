@@ -7,11 +7,21 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}
 TORCH_PIN="torch==2.13.0"  # a local CPU wheel; any looser spec pulls gigabytes of CUDA packages
+# On a CUDA box the same version must come as the CUDA build. PyPI's Linux wheels of torch are
+# CUDA builds, so a plain run there gets one; to pick the CUDA runtime that matches the driver,
+# name PyTorch's index for it and that build is installed first (the pin then finds it in place):
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 bash scripts/install.sh
+# On this CPU development box the local CPU wheel serves the pin. Check either with:
+#   .venv/bin/python -c 'import torch; print(torch.__version__, torch.cuda.is_available())'
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+if [ -n "$TORCH_INDEX_URL" ]; then
+  .venv/bin/python -m pip install -q "$TORCH_PIN" --index-url "$TORCH_INDEX_URL"
+fi
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 .venv/bin/python -m pip install -q "$TORCH_PIN" -e ".${extras}"

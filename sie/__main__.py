@@ -7,13 +7,14 @@ children; they take the settings and their spec as JSON and never read `SIE_*` t
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
 
 import msgspec
 
-from sie.settings import HELP, Settings, env_name, load_settings
+from sie.settings import HELP, Settings, env_names, environment_notices, load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
             dest=field,
             default=None,
             metavar=field.upper(),
-            help=f"{HELP[field]} [env {env_name(field)}; default {default}]",
+            help=f"{HELP[field]} [env {' or '.join(env_names(field))}; default {default}]",
         )
     for role in ("_device", "_frontend"):
         child = commands.add_parser(role, help=argparse.SUPPRESS)
@@ -69,6 +70,8 @@ def _serve(cli: dict[str, object]) -> int:
         print(f"sie: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format, "supervisor")
+    for notice in environment_notices(os.environ):
+        logging.getLogger("sie.settings").warning(notice)
     try:
         supervisor = Supervisor(settings)
     except (ModelConfigError, ValueError) as exc:

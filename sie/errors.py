@@ -43,6 +43,10 @@ class ModelLoadFailed(SieError):
     status, code = 502, "MODEL_LOAD_FAILED"
 
 
+class LoraLoading(SieError):
+    status, code, retry_after_s = 503, "LORA_LOADING", 1
+
+
 class QueueFull(SieError):
     status, code, retry_after_s = 503, "QUEUE_FULL", 1
 

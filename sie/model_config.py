@@ -5,8 +5,9 @@ with `max_batch_tokens` and `adapter_options`), with two changes: a profile name
 (`adapter: dense`) instead of a Python path, and a `weights` block says where the files are when
 they do not come from the Hugging Face cache (a local path, or a folder inside an installed package).
 
-Both the frontends and the device processes build the same `Catalog` from the same directory, so a
-model's index in it (its "slot") is how the two sides name a model on the rings.
+The supervisor reads the directory once and hands the same `Catalog` to every child (see
+`sie.shared_catalog`), so a model's index in it (its "slot") names the same model on both sides of
+the rings for the server's whole life, whatever happens to the directory meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ BUILTIN_MODELS_DIR = Path(__file__).parent / "models"
 # Which families serve which task besides encode (a YAML's `tasks` lists the encode outputs).
 CROSS_ENCODER_FAMILIES = frozenset({"cross_encoder"})
 LATE_INTERACTION_FAMILIES = frozenset({"colbert", "hybrid"})
-EXTRACT_FAMILIES = frozenset({"token_classification", "gliner", "nli_zero_shot"})
+EXTRACT_FAMILIES = frozenset({"token_classification", "gliner", "nli_zero_shot", "owlv2", "whisper"})
+# What each family's forward can take (what /v1/models lists as `inputs`); the others read text only.
+FAMILY_INPUTS: dict[str, tuple[str, ...]] = {
+    "clip": ("text", "image"),
+    "owlv2": ("image",),
+    "whisper": ("audio",),
+}
 DEFAULT_MAX_BATCH_TOKENS = 16384
 
 
@@ -124,6 +131,9 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tasks: Tasks = Tasks()
     max_sequence_length: int | None = None
     profiles: dict[str, Profile] = {}
+    # LoRA adapters a request may name (`options.lora`): name -> local PEFT adapter folder. Relative
+    # paths are taken from the YAML file's folder.
+    loras: dict[str, str] = {}
 
     @property
     def default_profile_name(self) -> str:
@@ -155,6 +165,11 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def supports_extract(self) -> bool:
         return self.family in EXTRACT_FAMILIES
+
+    def input_kinds(self) -> tuple[str, ...]:
+        """The modalities this model's items may carry, decided by its family (a YAML's `inputs`
+        block cannot make a text encoder see images)."""
+        return FAMILY_INPUTS.get(self.family, ("text",))
 
     def dense_dim(self) -> int | None:
         encode = self.tasks.encode
@@ -214,14 +229,23 @@ def load_model_file(path: Path) -> ModelConfig:
         raw = yaml.safe_load(fh)
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{path}: expected a mapping at the top level")
-    return parse_model_config(raw, str(path))
+    config = parse_model_config(raw, str(path))
+    if not config.loras:
+        return config
+    loras = {
+        name: str((path.parent / Path(folder).expanduser()).resolve())
+        for name, folder in config.loras.items()
+    }
+    return msgspec.structs.replace(config, loras=loras)
 
 
 class Catalog:
     """Every configured model, in a fixed order both sides agree on."""
 
-    def __init__(self, models: list[ModelConfig]) -> None:
-        self.models = sorted(models, key=lambda m: m.sie_id)
+    def __init__(self, models: list[ModelConfig], *, keep_order: bool = False) -> None:
+        # Sorted when read from a directory; `keep_order` for a catalog handed down by the supervisor,
+        # whose order is the numbering every process must share.
+        self.models = list(models) if keep_order else sorted(models, key=lambda m: m.sie_id)
         self._slots = {m.sie_id: i for i, m in enumerate(self.models)}
         if len(self._slots) != len(self.models):
             raise ModelConfigError("two model files declare the same sie_id")
@@ -282,6 +306,11 @@ def _package_dir(package: str) -> Path:
 
 
 def _hf_cache_snapshot(hf_id: str, revision: str | None) -> Path:
+    """The cached snapshot of `hf_id`; downloaded first only where the Hub may be reached.
+
+    The supervisor turns SIE_LOCAL_CACHE / SIE_HF_FALLBACK into Hugging Face's own HF_HUB_CACHE /
+    HF_HUB_OFFLINE for its children (sie.supervisor.children), which is what this reads.
+    """
     hub = os.environ.get("HF_HUB_CACHE") or str(
         Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
     )
@@ -290,9 +319,16 @@ def _hf_cache_snapshot(hf_id: str, revision: str | None) -> Path:
     ref_file = repo / "refs" / ref
     commit = ref_file.read_text().strip() if ref_file.is_file() else ref
     snapshot = repo / "snapshots" / commit
-    if not snapshot.is_dir():
-        raise ModelConfigError(f"'{hf_id}' is not in the local Hugging Face cache ({repo})")
-    return snapshot
+    if snapshot.is_dir():
+        return snapshot
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise ModelConfigError(
+            f"'{hf_id}' is not in the local Hugging Face cache ({repo}); "
+            "set SIE_HF_FALLBACK=true to download it from the Hub"
+        )
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(hf_id, revision=revision, cache_dir=hub))
 
 
 # Loaded with the default model when --preload is not given, so that a server started with no

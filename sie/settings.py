@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from sie.settings_compat import alias_names, alias_value, notices, rejected
+
 MIB = 1 << 20
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -26,7 +28,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     preload: list[str] | None = None
     default_model: str = DEFAULT_MODEL
     max_batch_requests: int = 64
-    max_batch_wait_ms: float = 10.0
+    max_batch_wait_ms: float = 0.0
     max_concurrent_requests: int = 512
     max_request_body_bytes: int = 34 * MIB
     request_timeout_s: float = 300.0
@@ -39,9 +41,37 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     request_ring_bytes: int = 16 * MIB
     response_ring_bytes: int = 16 * MIB
     torch_threads: int | None = None
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    # Images and audio (sie.frontend.media): each limit is a 400 before any large allocation.
+    max_image_pixels: int = 50_000_000
+    max_images_per_item: int = 16
+    max_audio_seconds: float = 600.0
+    # Model lifecycle and device memory (sie.gpu_proc.memory); names follow SIE's where it has one.
+    memory_pressure_threshold_percent: float = 85.0
+    device_memory_bytes: int | None = None
+    idle_evict_s: float | None = None
+    load_failure_cooldown_s: float = 60.0
+    max_loras_per_model: int = 10
+    device_stall_s: float = 30.0
+    replica_queue_depth: int = 64
+    replica_after_s: float = 5.0
+    # Operations (README "Operating it"). Flags keep our names; SIE's env names work too
+    # (sie.settings_compat), and --help shows both.
+    max_batch_tokens: int | None = None
+    auth_tokens: list[str] | None = None
+    auth_token_file: str | None = None
+    metrics_auth: bool = False
+    tracing_enabled: bool = False
+    instrumentation: bool = False
+    attention_backend: Literal["auto", "flash_attention_2", "sdpa", "eager"] = "auto"
+    default_compute_precision: Literal["float16", "bfloat16", "float32"] | None = None
+    local_cache: str | None = None
+    hf_fallback: bool = False
 
     def encode(self) -> str:
-        return msgspec.json.encode(self).decode()
+        # Children get this on argv, which every local user can read in /proc: never the tokens
+        # (frontends get those through an inherited memfd, see sie.tokens).
+        return msgspec.json.encode(msgspec.structs.replace(self, auth_tokens=None)).decode()
 
     @staticmethod
     def decode(text: str) -> Settings:
@@ -59,7 +89,8 @@ HELP: dict[str, str] = {
     "preload": "comma-separated model ids to load at start (default: the default model)",
     "default_model": "model preloaded when --preload is not given",
     "max_batch_requests": "most items in one forward batch",
-    "max_batch_wait_ms": "longest an item waits for a fuller batch while the device is busy",
+    "max_batch_wait_ms": "longest an item waits for batch-mates before its batch runs (0: run at once; "
+    "items that arrive while a batch runs always join the next one)",
     "max_concurrent_requests": "pending items admitted per model before 503 QUEUE_FULL",
     "max_request_body_bytes": "largest request body; larger gets 413",
     "request_timeout_s": "backstop: longest a frontend waits on a device for one request",
@@ -74,24 +105,70 @@ HELP: dict[str, str] = {
     "request_ring_bytes": "arena bytes per request ring (one per frontend and device)",
     "response_ring_bytes": "arena bytes per response ring",
     "torch_threads": "torch intra-op threads on a CPU device (default: available cores)",
+    "event_loop": "frontend event loop: uvloop (auto: when installed) or asyncio",
+    "max_image_pixels": "largest image (width x height, read from its header) before 400",
+    "max_images_per_item": "most images one item may carry",
+    "max_audio_seconds": "longest audio one item may carry",
+    "memory_pressure_threshold_percent": "evict the least recently used model when a device's memory "
+    "use would cross this share of its capacity",
+    "device_memory_bytes": "treat each device as having this many bytes (default: measured; set it to "
+    "share a GPU)",
+    "idle_evict_s": "unload a model unused this long (default: never; preloaded models stay)",
+    "load_failure_cooldown_s": "after a failed load answer 502 this long, then retry on the next request",
+    "max_loras_per_model": "LoRA adapters kept loaded per model (least recently used unloaded first)",
+    "device_stall_s": "restart a device process whose loop has not beaten this long",
+    "replica_queue_depth": "load a model on another device too when this many items stay queued for it",
+    "replica_after_s": "how long the queue must stay that deep before a replica is placed",
+    "max_batch_tokens": "server-wide token budget per forward batch for models whose YAML sets none",
+    "auth_tokens": "comma-separated bearer tokens; every API route then needs `Authorization: Bearer "
+    "<token>` (prefer the env or --auth-token-file: flags show in `ps`)",
+    "auth_token_file": "file of bearer tokens, one per line (# comments); adds to --auth-token",
+    "metrics_auth": "true: /metrics needs a token too (probes never do)",
+    "tracing_enabled": "OpenTelemetry spans per request, exported as the standard OTEL_* variables say "
+    "(pip install 'sie[tracing]')",
+    "instrumentation": "log one line of statistics per forward batch",
+    "attention_backend": "auto | flash_attention_2 | sdpa | eager (auto: flash_attention_2 on CUDA in "
+    "half precision when installed, else sdpa, else eager)",
+    "default_compute_precision": "float16 | bfloat16 | float32 for models whose profile names none "
+    "(default: float16 on CUDA, float32 on CPU; CPU runs bfloat16 but not float16)",
+    "local_cache": "Hugging Face cache directory to find `hf_id` weights in "
+    "(default: HF_HUB_CACHE, else HF_HOME/hub)",
+    "hf_fallback": "true: download `hf_id` weights missing from the cache from the Hugging Face Hub",
 }
 
-_LIST_FIELDS = {"models", "preload"}
+_LIST_FIELDS = {"models", "preload", "auth_tokens"}
+_BOOL_WORDS = {"yes": "true", "on": "true", "no": "false", "off": "false"}
+
+
+_BOOL_FIELDS = {f for f in Settings.__struct_fields__ if isinstance(getattr(Settings(), f), bool)}
 
 
 def env_name(field: str) -> str:
     return "SIE_" + field.upper()
 
 
+def env_names(field: str) -> list[str]:
+    """Every environment name of a setting: ours first, then SIE's where it differs."""
+    return [env_name(field), *alias_names(field)]
+
+
 def load_settings(cli: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
-    """Merge CLI values (None = not given) over `SIE_*` variables over defaults; validate."""
+    """Merge CLI values (None = not given) over `SIE_*` variables over defaults; validate.
+
+    SIE's names for the same settings count as environment too (ours win), and an SIE setting
+    for machinery this server lacks stops start-up with the reason (sie.settings_compat).
+    """
+    if refused := rejected(environ):
+        raise ValueError("; ".join(refused))
     raw: dict[str, Any] = {}
     for field in Settings.__struct_fields__:
         value = cli.get(field)
-        if value is None and env_name(field) in environ:
-            value = environ[env_name(field)]
+        if value is None:
+            value = environ[env_name(field)] if env_name(field) in environ else alias_value(field, environ)
         if value is None:
             continue
+        if field in _BOOL_FIELDS and isinstance(value, str):
+            value = _BOOL_WORDS.get(value.strip().lower(), value)
         raw[field] = _split_list(value) if field in _LIST_FIELDS else value
     try:
         settings = msgspec.convert(raw, Settings, strict=False)
@@ -99,6 +176,11 @@ def load_settings(cli: Mapping[str, Any], environ: Mapping[str, str]) -> Setting
         raise ValueError(f"invalid setting: {exc}") from None
     _validate(settings)
     return settings
+
+
+def environment_notices(environ: Mapping[str, str]) -> list[str]:
+    """Warnings for start-up: `SIE_*` variables that are not settings (typos, other SIE features)."""
+    return notices(environ, (env_name(field) for field in Settings.__struct_fields__))
 
 
 def _split_list(value: Any) -> list[str] | None:
@@ -117,6 +199,14 @@ def _validate(settings: Settings) -> None:
         raise ValueError("batch and admission limits must be positive")
     if settings.drain_delay_s < 0:
         raise ValueError("drain_delay_s must be >= 0")
+    if min(settings.max_image_pixels, settings.max_images_per_item, settings.max_audio_seconds) <= 0:
+        raise ValueError("image and audio limits must be positive")
+    if not 0 < settings.memory_pressure_threshold_percent <= 100:
+        raise ValueError("memory_pressure_threshold_percent must be in (0, 100]")
+    if settings.device_stall_s <= 0 or settings.max_loras_per_model < 1:
+        raise ValueError("device_stall_s and max_loras_per_model must be positive")
+    if settings.max_batch_tokens is not None and settings.max_batch_tokens < 1:
+        raise ValueError("max_batch_tokens must be positive")
 
 
 def available_cores() -> int:

@@ -51,7 +51,8 @@ def test_children_get_settings_back_unchanged() -> None:
 
 def test_every_field_has_an_env_twin() -> None:
     for field in Settings.__struct_fields__:
-        value = "7" if isinstance(getattr(Settings(), field), int) else None
+        default = getattr(Settings(), field)
+        value = "7" if isinstance(default, int) and not isinstance(default, bool) else None
         if value is None:
             continue
         assert getattr(load_settings({}, {env_name(field): value}), field) == 7
@@ -60,3 +61,25 @@ def test_every_field_has_an_env_twin() -> None:
 def test_drain_delay_defaults_to_none_and_reads_its_env_twin() -> None:
     assert load_settings({}, {}).drain_delay_s == 0.0
     assert load_settings({}, {"SIE_DRAIN_DELAY_S": "3"}).drain_delay_s == 3.0
+
+
+def test_sie_names_of_the_lifecycle_settings_keep_working() -> None:
+    # An operator's existing SIE environment file must configure the same knobs.
+    environ = {
+        "SIE_MEMORY_PRESSURE_THRESHOLD_PERCENT": "70",
+        "SIE_IDLE_EVICT_S": "600",
+        "SIE_MAX_LORAS_PER_MODEL": "4",
+        "SIE_DEVICE_MEMORY_BYTES": "8000000000",
+    }
+    settings = load_settings({}, environ)
+    assert settings.memory_pressure_threshold_percent == 70.0
+    assert settings.idle_evict_s == 600.0 and settings.max_loras_per_model == 4
+    assert settings.device_memory_bytes == 8_000_000_000
+    defaults = Settings()
+    assert (defaults.idle_evict_s, defaults.load_failure_cooldown_s, defaults.device_stall_s) == (
+        None,
+        60.0,
+        30.0,
+    )
+    with pytest.raises(ValueError, match="memory_pressure_threshold_percent"):
+        load_settings({"memory_pressure_threshold_percent": "0"}, {})

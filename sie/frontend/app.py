@@ -5,16 +5,22 @@ Everything a handler needs arrives in `FrontendState`; tests pass a fake `Device
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from sie.errors import SieError
+from sie.frontend.auth import BearerAuth
+from sie.frontend.client_watch import ClientWatch
 from sie.frontend.errors import handle_http_exception, handle_sie_error, handle_unexpected
+from sie.frontend.exposition import ServerCollector
 from sie.frontend.instance import InstanceHeader, instance_id
-from sie.frontend.routes import encode, extract, health, models, openai, openapi, score
+from sie.frontend.observe import RequestObserver
+from sie.frontend.routes import encode, extract, health, metrics, models, openai, openapi, score
 from sie.frontend.state import FrontendState
+from sie.version import __version__
 
 ROUTES = [
     Route("/v1/encode/{model:path}", encode.encode, methods=["POST"]),
@@ -28,13 +34,26 @@ ROUTES = [
     Route("/livez", health.live, methods=["GET"]),
     Route("/readyz", health.ready, methods=["GET"]),
     Route("/openapi.json", openapi.openapi, methods=["GET"]),
+    Route("/metrics", metrics.metrics, methods=["GET"]),
+    Route("/version", metrics.version, methods=["GET"]),
 ]
 
 
 class SieApp(Starlette):
     def build_middleware_stack(self) -> ASGIApp:
-        # Outside Starlette's whole stack, ServerErrorMiddleware included, so 500s carry it too.
-        return InstanceHeader(super().build_middleware_stack(), self.state.instance)
+        # All outside Starlette's whole stack, ServerErrorMiddleware included, so that 500s carry
+        # the headers and are counted too. Outermost first: X-SIE-Instance and `server` on every
+        # response; counting and tracing; the client watch (a client that left, stalled while
+        # draining, or was answered before its body was read: a 401 too); bearer tokens (a
+        # stranger never reaches routing).
+        state: FrontendState = self.state.sie
+        ops = state.ops
+        app: ASGIApp = super().build_middleware_stack()
+        if ops.auth_tokens:
+            app = BearerAuth(app, ops.auth_tokens, protect_metrics=ops.protect_metrics)
+        app = ClientWatch(app, lambda: _is_draining(state))
+        app = RequestObserver(app, ops.recorder, ops.tracer)
+        return InstanceHeader(app, self.state.instance)
 
 
 def build_app(state: FrontendState) -> Starlette:
@@ -48,5 +67,17 @@ def build_app(state: FrontendState) -> Starlette:
     )
     app.state.sie = state
     app.state.instance = instance_id(state.settings.instance)
-    app.state.openapi = openapi.build_openapi(state.server_version)
+    app.state.openapi = openapi.build_openapi(__version__)
+    app.state.metrics_registry = _metrics_registry(state)
     return app
+
+
+def _metrics_registry(state: FrontendState) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    if state.ops.sources is not None:
+        registry.register(ServerCollector(state.ops.sources))
+    return registry
+
+
+def _is_draining(state: FrontendState) -> bool:
+    return state.is_draining or state.devices.is_draining()

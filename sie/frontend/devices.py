@@ -14,7 +14,7 @@ import itertools
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -24,11 +24,14 @@ from sie.errors import (
     InferenceError,
     InputTooLong,
     InvalidInput,
+    LoraLoading,
+    ModelLoadFailed,
     ModelLoading,
     QueueFull,
     ResourceExhausted,
     SieError,
 )
+from sie.frontend.placement import ReplicaWatch, least_loaded, loadable_devices
 from sie.frontend.results import ResultAssembler, Results
 from sie.shm.control import ControlBlock, DeviceState, ModelState, ModelUsage
 from sie.shm.doorbell import Doorbell, EventFd
@@ -47,6 +50,7 @@ from sie.shm.ring import PayloadTooLarge, Ring, RingMissing
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 0.1
+REPLICA_CHECK_S = 1.0
 
 
 @dataclass(slots=True)
@@ -77,6 +81,10 @@ def _status_error(block: ResultBlock) -> SieError:
         return ResourceExhausted(f"Out of device memory: {block.message}")
     if block.status == Status.INVALID:
         return InvalidInput(block.message or "the model cannot serve this request")
+    if block.status == Status.LORA_LOADING:
+        return LoraLoading(f"{block.message or 'LoRA adapter is loading'}; retry shortly")
+    if block.status == Status.LORA_FAILED:
+        return ModelLoadFailed(block.message or "LoRA adapter failed to load")
     return InferenceError(block.message or f"device answered {Status(block.status).name}")
 
 
@@ -115,6 +123,8 @@ class Devices(Protocol):
     def placements(self, slot: int) -> list[Placement]: ...
     def model_error(self, slot: int) -> str: ...
     def is_ready(self, preload_slots: list[int]) -> bool: ...
+    def can_retry_load(self, slot: int) -> bool: ...
+    def loads(self, slot: int) -> int: ...
     def request_load(self, slot: int) -> None: ...
     async def submit(self, batch: TokenBatch) -> Results: ...
 
@@ -128,10 +138,16 @@ class DeviceClient:
         wake: EventFd,
         request_timeout_s: float = 300.0,
         device_names: list[str] | None = None,
+        *,
+        load_failure_cooldown_s: float = 60.0,
+        replicas: ReplicaWatch | None = None,
     ) -> None:
         self.namespace = namespace
         self.device_names = device_names or [f"device{d}" for d in range(control.n_devices)]
         self.request_timeout_s = request_timeout_s
+        self.load_failure_cooldown_s = load_failure_cooldown_s
+        self.replicas = replicas or ReplicaWatch(queue_depth=0, after_s=0.0)
+        self._replicas_due_s = 0.0
         self.control = control
         self.frontend = frontend
         self.wake = wake
@@ -141,6 +157,7 @@ class DeviceClient:
         self._ids = itertools.count((os.getpid() & 0xFFFFFF) << 32)
         self._rr = itertools.count()
         self._watchdog: asyncio.Task[None] | None = None
+        self._to_ring: dict[int, DeviceLink] = {}  # devices to wake at the end of this loop turn
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -156,9 +173,25 @@ class DeviceClient:
         self.links.clear()
 
     async def _watch(self) -> None:
+        """The backstop: notice dead devices and stray results without a wakeup; place replicas."""
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)
-            self._on_wake()
+            try:
+                self._on_wake()
+                self._place_replicas()
+            except Exception:  # this task must outlive any one bad moment, or requests hang
+                log.exception("device watch failed; carrying on")
+
+    def _place_replicas(self) -> None:
+        now = time.monotonic()
+        if now < self._replicas_due_s:  # a sweep over every model: once a second is plenty
+            return
+        self._replicas_due_s = now + REPLICA_CHECK_S
+        up = self._up_devices()
+        for slot in self.replicas.deep_models(self.control, up, now):
+            if targets := loadable_devices(self.control, up, slot, self.load_failure_cooldown_s):
+                log.info("queue stays deep; placing another replica", extra={"slot": slot})
+                self._order_load(least_loaded(self.control, targets), slot)
 
     # -- state -------------------------------------------------------------------------------------
     def _up_devices(self) -> list[int]:
@@ -170,7 +203,8 @@ class DeviceClient:
     def model_state(self, slot: int) -> ModelState:
         """The best state across devices: loaded anywhere beats loading beats available."""
         states = {self.control.model_state(d, slot) for d in self._up_devices()}
-        for state in (ModelState.LOADED, ModelState.LOADING, ModelState.AVAILABLE, ModelState.FAILED):
+        order = (ModelState.LOADED, ModelState.LOADING, ModelState.UNLOADING, ModelState.AVAILABLE)
+        for state in (*order, ModelState.FAILED):
             if state in states:
                 return state
         return ModelState.AVAILABLE
@@ -184,10 +218,20 @@ class DeviceClient:
         ]
 
     def model_error(self, slot: int) -> str:
-        for device in range(self.control.n_devices):
-            if error := self.control.model_error(device, slot):
-                return error
-        return ""
+        """The error of the latest failed load of this model on any device."""
+        failed = [
+            d for d in range(self.control.n_devices) if self.control.model_state(d, slot) == ModelState.FAILED
+        ]
+        latest = max(failed, key=lambda d: self.control.model_state_ns(d, slot), default=None)
+        return "" if latest is None else self.control.model_error(latest, slot)
+
+    def loads(self, slot: int) -> int:
+        """How many times the devices loaded this model since the server started."""
+        return int(self.control.models["loads"][:, slot].sum())
+
+    def can_retry_load(self, slot: int) -> bool:
+        """Some up device may load this model again (its failure is older than the cool-down)."""
+        return bool(loadable_devices(self.control, self._up_devices(), slot, self.load_failure_cooldown_s))
 
     def is_ready(self, preload_slots: list[int]) -> bool:
         """Ready for a balancer: started, not leaving, and some device can serve right now.
@@ -205,11 +249,15 @@ class DeviceClient:
 
     # -- submitting ----------------------------------------------------------------------------------
     def request_load(self, slot: int) -> None:
-        """Ask one device to load a model (the one holding the fewest models)."""
+        """Ask one device to load a model: of those that may, the least loaded by memory."""
         up = self._up_devices()
         if not up:
             raise DeviceUnavailable("No device is available; retry shortly")
-        device = min(up, key=self._models_held)
+        targets = loadable_devices(self.control, up, slot, self.load_failure_cooldown_s)
+        if targets:
+            self._order_load(least_loaded(self.control, targets), slot)
+
+    def _order_load(self, device: int, slot: int) -> None:
         order = TokenBatch(
             req_id=next(self._ids),
             op=Op.LOAD_MODEL,
@@ -218,10 +266,6 @@ class DeviceClient:
             input_ids=np.zeros(0, np.int32),
         )
         self._push(self._link(device), [encode_request(order)])
-
-    def _models_held(self, device: int) -> int:
-        states = self.control.models["state"][device]
-        return int(np.count_nonzero(states != ModelState.AVAILABLE))
 
     async def submit(self, batch: TokenBatch) -> Results:
         """Submit one request's tokens; resolve with every kind its output mask asks for."""
@@ -238,9 +282,28 @@ class DeviceClient:
             return await asyncio.wait_for(future, self.request_timeout_s)
         except TimeoutError:
             raise DeviceUnavailable("The device did not answer in time; retry shortly") from None
+        except asyncio.CancelledError:  # the client left (sie.frontend.client_watch)
+            self._withdraw(link, req_id, batch.model_slot)
+            raise
         finally:
             self.pending.pop(req_id, None)
             link.pending.discard(req_id)
+
+    def _withdraw(self, link: DeviceLink, req_id: int, slot: int) -> None:
+        """Tell the device to drop this request's items that have not run yet (best effort)."""
+        request = self.pending.get(req_id)
+        answered = request is not None and request.future.done() and not request.future.cancelled()
+        if answered or self.links.get(link.index) is not link:
+            return  # nothing left to drop, or the device restarted and forgot the request anyway
+        cancel = TokenBatch(
+            req_id=req_id,
+            op=Op.CANCEL,
+            model_slot=slot,
+            offsets=np.zeros(1, np.int32),
+            input_ids=np.zeros(0, np.int32),
+        )
+        with contextlib.suppress(SieError):  # a full ring: the items simply run, and are ignored
+            self._push(link, [encode_request(cancel)])
 
     def _pick_device(self, slot: int) -> int:
         loaded = [d for d in self._up_devices() if self.control.model_state(d, slot) == ModelState.LOADED]
@@ -248,9 +311,15 @@ class DeviceClient:
             raise ModelLoading("Model is loading; retry shortly")
         if len(loaded) == 1:
             return loaded[0]
-        # Fewest requests in flight from this frontend; ties broken round-robin.
+        # Least loaded: items queued on the device (from every frontend) plus this frontend's requests
+        # in flight there; ties broken round-robin.
         turn = next(self._rr)
-        return min(loaded, key=lambda d: (len(self._link(d).pending), (d - turn) % len(loaded)))
+        depths = self.control.models["queue_depth"]
+
+        def load(d: int) -> tuple[int, int]:
+            return int(depths[d, slot]) + len(self._link(d).pending), (d - turn) % len(loaded)
+
+        return min(loaded, key=load)
 
     def _push(self, link: DeviceLink, payloads: list[np.ndarray]) -> None:
         for payload in payloads:
@@ -260,7 +329,24 @@ class DeviceClient:
                 raise InputTooLong("Request is too large for the device queue; split it") from None
             if not pushed:
                 raise QueueFull("Device queue is full; retry shortly")
-        link.doorbell.ring()
+        self._ring_soon(link)
+
+    def _ring_soon(self, link: DeviceLink) -> None:
+        """Wake the device once per event-loop turn, for every request pushed during that turn:
+        under load many requests arrive in one turn, and each semaphore post costs a system call."""
+        if not self._to_ring:
+            try:
+                asyncio.get_running_loop().call_soon(self._ring_pending)
+            except RuntimeError:  # no loop running (a synchronous caller): ring at once
+                link.doorbell.ring()
+                return
+        self._to_ring[link.index] = link
+
+    def _ring_pending(self) -> None:
+        links, self._to_ring = self._to_ring, {}
+        for index, link in links.items():
+            if self.links.get(index) is link:  # replaced meanwhile: its requests were failed
+                link.doorbell.ring()
 
     def _link(self, device: int) -> DeviceLink:
         """The current rings to a device, reattaching when the supervisor replaced them."""
@@ -308,6 +394,11 @@ class DeviceClient:
                     request = self.pending.get(block.req_id)
                     if request is not None:
                         request.add(block)  # copies values out of the ring
+                except Exception:
+                    # One bad message fails its own request (the slot's tag is its id), not the watcher.
+                    log.exception("bad result message", extra={"device": link.index, "req_id": message.tag})
+                    if (request := self.pending.get(message.tag)) is not None:
+                        request.fail(InferenceError("The device sent a result that could not be read"))
                 finally:
                     link.results.release(message)
 
@@ -322,6 +413,8 @@ class DeviceClient:
 
 def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch]:
     """Split a request whose message would not fit comfortably in the ring into item runs."""
+    if batch.pixels is not None or batch.samples is not None:  # sized by sie.frontend.media.submit
+        return [replace(batch, req_id=req_id, submit_ns=time.monotonic_ns())]
     limit = link.requests.max_payload_bytes // 2
     has_types, has_aux, flags = batch.token_type_ids is not None, batch.aux is not None, batch.flags
     chunks: list[TokenBatch] = []

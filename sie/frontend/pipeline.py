@@ -11,15 +11,16 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sie.errors import InputTooLong, InvalidInput, ModelLoadFailed, ModelLoading, ShuttingDown
+from sie.frontend.observe import note_work
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import Encoded
 from sie.model_config import ModelConfig
 from sie.shm.control import ModelState
-from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of, with_lora
 
 T = TypeVar("T")
 
@@ -51,14 +52,17 @@ def check_serving(state: FrontendState) -> None:
 
 
 def gate_model(state: FrontendState, slot: int, name: str) -> None:
-    """Raise unless the model is loaded somewhere; the first request for it starts the load."""
+    """Raise unless the model is loaded somewhere; the first request for it starts the load.
+
+    A failed model answers 502 for the cool-down; the first request after it retries the load.
+    """
     devices = state.devices
     model_state = devices.model_state(slot)
     if model_state == ModelState.LOADED:
         return
-    if model_state == ModelState.FAILED:
+    if model_state == ModelState.FAILED and not devices.can_retry_load(slot):
         raise ModelLoadFailed(f"Model '{name}' failed to load: {devices.model_error(slot)}")
-    if model_state == ModelState.AVAILABLE:
+    if model_state in (ModelState.AVAILABLE, ModelState.FAILED):
         devices.request_load(slot)
     raise ModelLoading(f"Model '{name}' is loading; retry shortly")
 
@@ -91,6 +95,33 @@ def config_key(profile: str, *extra: str) -> int:
     return zlib.crc32("\0".join((profile, *extra)).encode())
 
 
+def lora_config_key(config: ModelConfig, profile: str, lora: str | None) -> int:
+    """The batch key of a request with a LoRA adapter, which also tells the device which one."""
+    if lora is None:
+        return config_key(profile)
+    return with_lora(config_key(profile, lora), lora_index(config, lora))
+
+
+def lora_option(config: ModelConfig, options: dict[str, Any] | None) -> str | None:
+    """`options.lora` (what sie-sdk sends) or `options.lora_id`, checked against the model's `loras`."""
+    lora = (options or {}).get("lora") or (options or {}).get("lora_id")
+    if lora is None:
+        return None
+    if not isinstance(lora, str):
+        raise InvalidInput("options.lora must be a string")
+    lora_index(config, lora)  # an unknown adapter is a 400 before any load or queueing
+    return lora
+
+
+def lora_index(config: ModelConfig, lora: str) -> int:
+    """1 + the adapter's position among the model's sorted `loras`; 400 for an unknown one."""
+    names = sorted(config.loras)
+    if lora not in config.loras:
+        known = ", ".join(names) or "none"
+        raise InvalidInput(f"Unknown LoRA adapter '{lora}' for model '{config.sie_id}'. Available: {known}")
+    return names.index(lora) + 1
+
+
 async def submit(
     state: FrontendState,
     slot: int,
@@ -115,4 +146,5 @@ async def submit(
         is_query=is_query,
     )
     results = await state.devices.submit(batch)
+    note_work(batch.n_items, encoded.n_tokens, tokenization_ms, results.queue_ms, results.inference_ms)
     return Submitted(results, encoded.n_tokens, tokenization_ms)

@@ -13,15 +13,22 @@ from hypercorn.config import Config
 
 from sie.frontend.app import build_app
 from sie.frontend.devices import DeviceClient
+from sie.frontend.exposition import Sources
+from sie.frontend.operations import Operations
+from sie.frontend.placement import ReplicaWatch
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import TokenizerCache
 from sie.logs import configure_logging
-from sie.model_config import load_catalog, preload_names
+from sie.metrics.block import StatsBlock
+from sie.metrics.recorders import FrontendRecorder
+from sie.model_config import Catalog, preload_names
 from sie.settings import Settings
+from sie.shared_catalog import read_shared_catalog
 from sie.shm.control import ControlBlock
 from sie.shm.doorbell import EventFd
 from sie.shm.names import Namespace
 from sie.specs import FrontendSpec
+from sie.tokens import read_shared_tokens
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +37,47 @@ PARENT_CHECK_S = 0.5
 
 def main(settings: Settings, spec: FrontendSpec) -> int:
     configure_logging(settings.log_level, settings.log_format, f"frontend{spec.index}")
-    asyncio.run(_serve(settings, spec))
+    with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
+        runner.run(_serve(settings, spec))
     return 0
+
+
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when asked for or (auto) installed: it roughly halves the event loop's own cost."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def operations(
+    settings: Settings, spec: FrontendSpec, stats: StatsBlock, control: ControlBlock, catalog: Catalog
+) -> Operations:
+    """Tokens from the supervisor's memfd, this frontend's statistics rows, tracing if enabled."""
+    names = spec.device_names or [f"device{d}" for d in range(control.n_devices)]
+    tracer = None
+    if settings.tracing_enabled:
+        from sie.frontend.tracing import tracer_from_environment
+
+        tracer = tracer_from_environment(f"{spec.instance}/frontend{spec.index}")
+    return Operations(
+        auth_tokens=read_shared_tokens(spec.auth_fd),
+        protect_metrics=settings.metrics_auth,
+        recorder=FrontendRecorder(stats, spec.index),
+        sources=Sources(stats, control, catalog.names(), names),
+        tracer=tracer,
+    )
 
 
 def hypercorn_config(settings: Settings, listen_fd: int) -> Config:
     config = Config()
+    config.include_server_header = False  # ours (`server: sie/<version>`) goes on every response
     config.bind = [f"fd://{listen_fd}"]
     config.graceful_timeout = settings.graceful_timeout_s
     config.accesslog = None
@@ -47,7 +89,7 @@ def hypercorn_config(settings: Settings, listen_fd: int) -> Config:
 async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
-    catalog = load_catalog(settings.models_dir, settings.models)
+    catalog = read_shared_catalog(spec.catalog_fd)
     client = DeviceClient(
         namespace,
         control,
@@ -55,11 +97,15 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         EventFd(spec.eventfd),
         settings.request_timeout_s,
         device_names=spec.device_names,
+        load_failure_cooldown_s=settings.load_failure_cooldown_s,
+        replicas=ReplicaWatch(settings.replica_queue_depth, settings.replica_after_s),
     )
+    stats = StatsBlock.attach(namespace.stats())
     state = FrontendState(
         settings=settings,
         catalog=catalog,
         devices=client,
+        ops=operations(settings, spec, stats, control, catalog),
         tokenizers=TokenizerCache(),
         preload_slots=[
             catalog.slot(n) for n in preload_names(settings.preload, settings.default_model, catalog)
@@ -88,6 +134,7 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         watcher.cancel()
         await client.stop()
         control.close()
+        stats.close()
     log.info("frontend stopped")
 
 

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 
 from sie.errors import ModelNotFound
 from sie.frontend.devices import Devices
+from sie.frontend.observe import note_model
+from sie.frontend.operations import Operations
 from sie.frontend.tokenize import TokenizerCache
 from sie.model_config import Catalog, ModelConfig
 from sie.settings import Settings
-
-SERVER_VERSION = "0.1.0"
+from sie.version import SIE_PROTOCOL_VERSION
 
 
 @dataclass(slots=True)
@@ -21,9 +22,12 @@ class FrontendState:
     tokenizers: TokenizerCache = field(default_factory=TokenizerCache)
     preload_slots: list[int] = field(default_factory=list)
     is_draining: bool = False
-    server_version: str = SERVER_VERSION
+    server_version: str = SIE_PROTOCOL_VERSION  # x-sie-server-version: the protocol, see sie.version
+    ops: Operations = field(default_factory=Operations)  # authentication, statistics, tracing
 
     def model(self, name: str) -> tuple[int, ModelConfig]:
         if name not in self.catalog:
             raise ModelNotFound(name)
-        return self.catalog.slot(name), self.catalog.get(name)
+        slot = self.catalog.slot(name)
+        note_model(slot, name)  # the request's model, for /metrics and tracing
+        return slot, self.catalog.get(name)

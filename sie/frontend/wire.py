@@ -25,16 +25,26 @@ _MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
 
 
 class ImageInput(msgspec.Struct):
+    """Encoded image bytes: msgpack bin, or in JSON a base64 string (msgspec decodes it)."""
+
     data: bytes
     format: str | None = None
+
+
+class AudioInput(msgspec.Struct):
+    """Encoded audio bytes (WAV, FLAC, OGG, MP3); the rate comes from the file itself."""
+
+    data: bytes
+    format: str | None = None
+    sample_rate: int | None = None
 
 
 class Item(msgspec.Struct):
     id: str | None = None
     text: str | None = None
     images: list[ImageInput] | None = None
-    # Shapes vary by modality and no text model reads them; kept raw until an adapter needs them.
-    audio: Any = None
+    audio: AudioInput | None = None
+    # Shapes vary and no model reads them yet; kept raw until an adapter needs them.
     video: Any = None
     document: Any = None
     metadata: dict[str, Any] | None = None
@@ -47,7 +57,8 @@ class EncodeOptions(msgspec.Struct):
     profile: str | None = None
     normalize: bool | None = None
     muvera: dict[str, Any] | None = None
-    lora_id: str | None = None
+    lora: str | None = None  # a LoRA adapter named in the model's YAML
+    lora_id: str | None = None  # the same, under its older name
 
 
 class EncodeParams(msgspec.Struct):
@@ -136,6 +147,10 @@ def decode_body(body: bytes, content_type: str | None, type_: type[T]) -> T:
         decoded: T = decoder.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError is a subclass
         raise InvalidInput(str(exc)) from None
+    except UnicodeDecodeError as exc:  # msgspec raises it as is for invalid UTF-8 inside a string
+        raise InvalidInput(f"Request body is not valid UTF-8: {exc.reason} at byte {exc.start}") from None
+    except RecursionError:
+        raise InvalidInput("Request body is nested too deeply") from None
     return decoded
 
 
@@ -158,7 +173,7 @@ def validate_encode(
     *,
     model: str,
     supported: Iterable[str],
-    needs_text: bool = True,
+    inputs: tuple[str, ...] = ("text",),
     max_text_bytes: int = MAX_TEXT_BYTES,
 ) -> None:
     """Reject, before any queueing, what no device could serve: each check is a 400."""
@@ -169,15 +184,50 @@ def validate_encode(
     if dtype not in OUTPUT_DTYPES:
         raise InvalidInput(f"Unsupported output_dtype: {dtype}")
     for index, item in enumerate(req.items):
-        _check_item_text(index, item, model, needs_text, max_text_bytes)
+        _check_item(index, item, model, inputs, max_text_bytes)
 
 
-def validate_items(items: list[Item], *, model: str, max_text_bytes: int = MAX_TEXT_BYTES) -> None:
-    """Every item needs text (the text families) within the size limit; at least one item."""
+def validate_items(
+    items: list[Item],
+    *,
+    model: str,
+    inputs: tuple[str, ...] = ("text",),
+    max_text_bytes: int = MAX_TEXT_BYTES,
+) -> None:
+    """Every item carries an input the model takes (text, within the size limit, for the text
+    families); at least one item."""
     if not items:
         raise InvalidInput("items must not be empty")
     for index, item in enumerate(items):
-        _check_item_text(index, item, model, True, max_text_bytes)
+        _check_item(index, item, model, inputs, max_text_bytes)
+
+
+def modality_of(item: Item) -> str | None:
+    """What an item is embedded or read from: its images, else its audio, else its text (an item
+    with text and images is an image, as in SIE)."""
+    if item.images:
+        return "image"
+    if item.audio is not None:
+        return "audio"
+    return "text" if item.text is not None else None
+
+
+_NOUNS = {"text": "text", "image": "images", "audio": "audio"}
+
+
+def _check_item(index: int, item: Item, model: str, inputs: tuple[str, ...], max_bytes: int) -> None:
+    kind = modality_of(item)
+    if kind is None:
+        wanted = " or ".join(_NOUNS[k] for k in inputs)
+        raise InvalidInput(
+            f"Item {index} has no {wanted}; model '{model}' requires {' or '.join(inputs)} input"
+        )
+    if kind not in inputs:
+        raise InvalidInput(
+            f"Item {index} has {_NOUNS[kind]}, which model '{model}' does not accept "
+            f"(its inputs: {', '.join(inputs)})"
+        )
+    _check_item_text(index, item, model, False, max_bytes)
 
 
 def _check_output_types(requested: list[str], model: str, supported: set[str]) -> None:

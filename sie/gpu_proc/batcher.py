@@ -17,8 +17,9 @@ import numpy as np
 
 from sie.shm.layout import TokenBatch
 
-# (model_slot, op, output_mask, config_key, is_query): items share a batch only when all are equal.
-GroupKey = tuple[int, int, int, int, int]
+# (model_slot, op, output_mask, config_key, is_query, modality): items share a batch only when all
+# are equal, so text, images and audio (different forwards) never meet in one batch.
+GroupKey = tuple[int, int, int, int, int, int]
 
 
 @dataclass(slots=True)
@@ -31,6 +32,14 @@ class PendingItem:
     enqueued_s: float  # monotonic seconds when it entered the batcher
     submit_ns: int  # frontend's time.monotonic_ns() at submit, for queue time
     aux: np.ndarray | None = None  # int32 view of the per-token aux section, or None
+    media: np.ndarray | None = None  # an image [H, W, 3] or an audio window's samples (views)
+    temperature: float = 0.0  # sampling temperature of a generation (0: greedy)
+
+    @property
+    def cost(self) -> int:
+        """Batch budget units: tokens for text; 1 per image, and 1 per audio window, since the
+        frontend cuts audio into windows of at most the model's chunk (samples / chunk <= 1)."""
+        return len(self.input_ids) if self.media is None else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +113,14 @@ class Batcher:
             int(batch.output_mask),
             int(batch.config_key),
             int(batch.is_query),
+            int(batch.modality),
         )
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group()
         offsets = batch.offsets.tolist()  # Python ints: much faster to slice with than numpy scalars
         ids, types, aux = batch.input_ids, batch.token_type_ids, batch.aux
+        media = _media_of(batch)
         for i in range(n_items):
             start, end = offsets[i], offsets[i + 1]
             group.items.append(
@@ -122,9 +133,11 @@ class Batcher:
                     enqueued_s=now,
                     submit_ns=batch.submit_ns,
                     aux=None if aux is None else aux[start:end],
+                    media=None if media is None else media[i],
+                    temperature=batch.temperature,
                 )
             )
-        group.n_tokens += offsets[n_items] - offsets[0]
+        group.n_tokens += offsets[n_items] - offsets[0] if media is None else n_items
         self._count(slot, n_items)
         return True
 
@@ -155,7 +168,7 @@ class Batcher:
             gone = len(group.items) - len(kept)
             if gone:
                 group.items = kept
-                group.n_tokens = sum(len(item.input_ids) for item in kept)
+                group.n_tokens = sum(item.cost for item in kept)
                 self._count(key[0], -gone)
                 dropped += gone
                 if not kept:
@@ -202,7 +215,7 @@ class Batcher:
         items: list[PendingItem] = []
         n_tokens = 0
         for item in islice(group.items, self.max_batch_requests):
-            length = len(item.input_ids)
+            length = item.cost
             if items and n_tokens + length > budget:
                 break
             items.append(item)
@@ -216,3 +229,13 @@ class Batcher:
         items.sort(key=lambda item: len(item.input_ids))
         max_length = len(items[-1].input_ids)
         return Batch(key=key, items=items, n_tokens=n_tokens, max_length=max_length, formed_s=now)
+
+
+def _media_of(batch: TokenBatch) -> np.ndarray | list[np.ndarray] | None:
+    """Per item of a media request: its image (pixels[i]) or its samples; None for text."""
+    if batch.pixels is not None:
+        return batch.pixels
+    if batch.samples is None or batch.sample_offsets is None:
+        return None
+    bounds = batch.sample_offsets.tolist()
+    return [batch.samples[bounds[i] : bounds[i + 1]] for i in range(batch.n_items)]

@@ -15,11 +15,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sie.gpu_proc.batcher import Batch
+from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.lora import LoraMissing
 from sie.gpu_proc.outputs import Output
+from sie.gpu_proc.recovery import run_recovering
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
-from sie.shm.layout import ResultKind, Status
+from sie.shm.layout import ResultKind, Status, lora_of
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +34,22 @@ class Finished:
     message: str
     started_ns: int
     finished_ns: int
+    # Items refused after out-of-memory recovery (`batch` then holds only the ones that ran).
+    failed: tuple[PendingItem, ...] = ()
 
 
 class InferenceThread:
-    def __init__(self, runner: Runner, registry: Registry, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        registry: Registry,
+        wake: Callable[[], None],
+        evict_other: Callable[[int], bool] = lambda running: False,
+    ) -> None:
         self._runner = runner
         self._registry = registry
         self._wake = wake
+        self._evict_other = evict_other  # out of memory: unload a model other than this one
         self._inbox: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         self._finished: deque[Finished] = deque()
         self.in_flight = 0  # batches submitted and not yet taken back; loop thread only
@@ -67,21 +78,30 @@ class InferenceThread:
 
     def _forward(self, batch: Batch) -> Finished:
         started = time.monotonic_ns()
-        adapter = self._registry.get(batch.key[0])
-        if adapter is None:
-            return Finished(batch, None, Status.MODEL_NOT_LOADED, "model is not loaded", started, started)
-        try:
-            outputs = self._runner.run(adapter, batch)
-        except Exception as exc:
-            status = Status.OUT_OF_MEMORY if _is_out_of_memory(exc) else Status.INFERENCE_ERROR
-            log.exception("batch failed", extra={"status": status.name, "items": len(batch.items)})
-            _release_cached_memory()
-            return Finished(batch, None, status, f"{type(exc).__name__}: {exc}", started, time.monotonic_ns())
-        return Finished(batch, outputs, Status.OK, "", started, time.monotonic_ns())
-
-
-def _is_out_of_memory(exc: Exception) -> bool:
-    return "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError"
+        slot = batch.key[0]
+        with self._registry.lease(slot) as adapter:  # no unload while this batch runs
+            if adapter is None:
+                return Finished(batch, None, Status.MODEL_NOT_LOADED, "model is not loaded", started, started)
+            lora = lora_of(batch.key[3])
+            try:
+                with self._registry.lora_applied(slot, lora):  # batches never mix adapters
+                    got = run_recovering(
+                        lambda part: self._runner.run(adapter, part),
+                        batch,
+                        free_cache=_release_cached_memory,
+                        evict_other=lambda: self._evict_other(slot),
+                    )
+            except LoraMissing:  # dropped for another adapter since admission: load it again
+                refusal = self._registry.check_lora(slot, lora) or (Status.LORA_LOADING, "LoRA is loading")
+                return Finished(batch, None, refusal[0], refusal[1], started, time.monotonic_ns())
+            except Exception as exc:
+                log.exception("batch failed", extra={"items": len(batch.items)})
+                message = f"{type(exc).__name__}: {exc}"
+                return Finished(batch, None, Status.INFERENCE_ERROR, message, started, time.monotonic_ns())
+        finished = time.monotonic_ns()
+        if got.done is None:
+            return Finished(batch, None, Status.OUT_OF_MEMORY, got.message, started, finished)
+        return Finished(got.done, got.outputs, Status.OK, got.message, started, finished, tuple(got.failed))
 
 
 def _release_cached_memory() -> None:

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sie.gpu_proc.batcher import Batch, Batcher
+from sie.gpu_proc.batcher import Batch, Batcher, PendingItem
+from sie.gpu_proc.cancel import Cancellations
+from sie.gpu_proc.eviction import MemoryManager
 from sie.gpu_proc.inference import Finished, InferenceThread
 from sie.gpu_proc.registry import Registry
-from sie.shm.control import ControlBlock, DeviceState, ModelState
+from sie.metrics.recorders import DeviceRecorder
+from sie.shm.control import ControlBlock, DeviceState
 from sie.shm.doorbell import Doorbell, EventFd
 from sie.shm.layout import (
     LayoutError,
@@ -29,6 +32,7 @@ from sie.shm.layout import (
     encode_result,
     error_result,
     kinds_of,
+    lora_of,
 )
 from sie.shm.names import Namespace
 from sie.shm.ring import Ring, RingMissing
@@ -44,6 +48,10 @@ PIPELINE_DEPTH = 1
 # How often per-model queue depths go to the control block (for /v1/models): often enough to watch
 # a burst, rarely enough that a busy loop does not write shared memory per message.
 QUEUE_DEPTH_EVERY_S = 0.005
+# Result messages held for a frontend whose response ring is full. At the cap the loop stops taking
+# that frontend's requests until it reads again; results of items already queued may still add a
+# bounded number on top (the batcher's per-model cap).
+MAX_OVERFLOW_MESSAGES = 1024
 
 
 @dataclass(slots=True)
@@ -75,6 +83,8 @@ class DeviceLoop:
         batcher: Batcher,
         inference: InferenceThread,
         supervisor_pid: int,
+        memory: MemoryManager | None = None,
+        stats: DeviceRecorder | None = None,
     ) -> None:
         self.device_index = device_index
         self.namespace = namespace
@@ -85,6 +95,9 @@ class DeviceLoop:
         self.batcher = batcher
         self.inference = inference
         self.supervisor_pid = supervisor_pid
+        self.memory = memory
+        self.stats = stats
+        self.cancels = Cancellations(stats)
         self.pairs: dict[int, RingPair] = {}
         self.stopping = False
         self._depths_due_s = 0.0
@@ -96,7 +109,9 @@ class DeviceLoop:
             self.control.heartbeat(self.device_index)
             self._refresh_pairs()
             self._drain_requests()
+            self._observe()
             self._publish(self.inference.take_finished())
+            self._tend_models(time.monotonic())
             self._dispatch()
             self._flush_overflow()
             self._publish_queue_depths(time.monotonic())
@@ -118,7 +133,7 @@ class DeviceLoop:
         With the pipeline full only the inference thread's doorbell can change anything; waking on
         an already passed deadline would spin this thread and starve inference of the GIL.
         """
-        if 0 < self.inference.in_flight < PIPELINE_DEPTH and len(self.batcher):
+        if self.inference.in_flight < PIPELINE_DEPTH and len(self.batcher):
             deadline = self.batcher.seconds_to_deadline(time.monotonic())
             if deadline is not None:
                 return min(max(deadline, 0.0), IDLE_WAIT_S)
@@ -164,7 +179,12 @@ class DeviceLoop:
     def _drain_requests(self) -> None:
         now = time.monotonic()
         for pair in self.pairs.values():
-            while (message := pair.requests.try_pop()) is not None:
+            # A frontend that does not read its results gets no new work (its requests wait in, and
+            # then fill, its request ring: 503 QUEUE_FULL), so the overflow below stays bounded.
+            while (
+                len(pair.overflow) < MAX_OVERFLOW_MESSAGES
+                and (message := pair.requests.try_pop()) is not None
+            ):
                 # Copy out and release at once: items may wait in the batcher for a while and
                 # the ring must be free for the frontend meanwhile. Payloads are a few KiB.
                 payload = message.view.copy()
@@ -178,14 +198,20 @@ class DeviceLoop:
             log.error("undecodable request", extra={"frontend": pair.frontend, "error": str(exc)})
             return
         slot = request.model_slot
+        if request.op == Op.CANCEL:
+            self.cancels.add(pair.frontend, request.req_id, now)
+            return
         if request.op == Op.LOAD_MODEL:
             self.registry.request_load(slot)
             return
         adapter = self.registry.get(slot)
         if adapter is None:
-            if self.registry.state(slot) == ModelState.AVAILABLE:
-                self.registry.request_load(slot)
+            self.registry.request_load(slot)  # unless loading, unloading, or failed in its cool-down
             self._send(pair, error_result(request.req_id, Status.MODEL_NOT_LOADED, "model is not loaded"))
+            return
+        lora = lora_of(request.config_key)
+        if lora and (refusal := self.registry.check_lora(slot, lora)) is not None:
+            self._send(pair, error_result(request.req_id, *refusal))
             return
         wanted = kinds_of(request.output_mask)
         if not wanted or not set(wanted) <= adapter.kinds:
@@ -195,19 +221,39 @@ class DeviceLoop:
         if not self.batcher.try_add(request, pair.frontend, now):
             self._send(pair, error_result(request.req_id, Status.QUEUE_FULL, "model queue is full"))
             return
-        self.control.touch_model(self.device_index, slot)
+        self.registry.touch(slot)
 
     def _dispatch(self) -> None:
+        # A group goes when it is full or its oldest item has waited max_batch_wait_ms, even on an
+        # idle device: that wait is the knob that trades latency for fuller batches (0 = never wait).
         while self.inference.in_flight < PIPELINE_DEPTH:
-            batch = self.batcher.next_batch(time.monotonic(), idle=self.inference.in_flight == 0)
+            batch = self.batcher.next_batch(time.monotonic(), idle=False)
             if batch is None:
                 return
-            self.inference.submit(batch)
+            if (batch := self.cancels.filter(batch)) is not None:  # drop items whose client left
+                self.inference.submit(batch)
+
+    # -- model lifecycle -------------------------------------------------------------------------
+    def _tend_models(self, now: float) -> None:
+        """Answer the queued items of models being unloaded; let the memory manager look around."""
+        for slot in self.registry.take_unloaded():
+            self._refuse(self.batcher.drop_model(slot), "model was unloaded; retry shortly")
+        if self.memory is not None:
+            self.memory.check(now)
+
+    def _refuse(self, items: list[PendingItem], message: str) -> None:
+        """One MODEL_NOT_LOADED answer (503 MODEL_LOADING) per request among `items`."""
+        for source, req_id in dict.fromkeys((item.source, item.req_id) for item in items):
+            pair = self.pairs.get(source)
+            if pair is not None:
+                self._send(pair, error_result(req_id, Status.MODEL_NOT_LOADED, message))
 
     # -- results ---------------------------------------------------------------------------------
     def _publish(self, finished: list[Finished]) -> None:
         touched: set[int] = set()
         for done in finished:
+            if self.stats is not None:
+                _count_batch(self.stats, done)
             for frontend, block in _result_blocks(done):
                 pair = self.pairs.get(frontend)
                 if pair is not None:
@@ -223,6 +269,13 @@ class DeviceLoop:
         elif notify:
             pair.wake.ring()
 
+    def _observe(self) -> None:
+        """Statistics the loop owns: model loads seen in the control block, result overflow."""
+        if self.stats is not None:
+            self.stats.track_models()
+            for frontend, pair in self.pairs.items():
+                self.stats.overflow(frontend, len(pair.overflow))
+
     def _flush_overflow(self) -> None:
         for pair in self.pairs.values():
             sent = False
@@ -233,12 +286,29 @@ class DeviceLoop:
                 pair.wake.ring()
 
     def mark_up(self) -> None:
+        self.control.heartbeat(self.device_index)  # the supervisor's stall clock starts now
         self.control.set_device_state(self.device_index, DeviceState.UP)
 
     def close(self) -> None:
         for pair in self.pairs.values():
             pair.close()
         self.pairs.clear()
+
+
+def _count_batch(stats: DeviceRecorder, done: Finished) -> None:
+    batch = done.batch
+    if not batch.items:
+        return
+    first_ns = min(item.submit_ns for item in batch.items)
+    stats.batch(
+        model=batch.model_slot,
+        items=len(batch.items),
+        tokens=batch.n_tokens,
+        max_length=batch.max_length,
+        forward_s=(done.finished_ns - done.started_ns) / 1e9,
+        queue_s=max(0, done.started_ns - first_ns) / 1e9,
+        ok=done.outputs is not None,
+    )
 
 
 def _tag_of(payload: np.ndarray) -> int:
@@ -252,10 +322,14 @@ def _result_blocks(done: Finished) -> list[tuple[int, ResultBlock]]:
         rows[(item.source, item.req_id)].append(row)
     if done.outputs is None:
         return [(src, error_result(req_id, done.status, done.message)) for src, req_id in rows]
+    # Items refused after out-of-memory recovery fail their requests; the others are answered.
+    refused = dict.fromkeys((item.source, item.req_id) for item in done.failed)
+    blocks = [(src, error_result(req_id, Status.OUT_OF_MEMORY, done.message)) for src, req_id in refused]
     batch: Batch = done.batch
     infer_us = min((done.finished_ns - done.started_ns) // 1000, 2**32 - 1)
-    blocks = []
     for (source, req_id), picked in rows.items():
+        if (source, req_id) in refused:
+            continue
         items = [batch.items[r] for r in picked]
         queue_us = min(max(0, (done.started_ns - min(i.submit_ns for i in items)) // 1000), 2**32 - 1)
         item_index = np.fromiter((i.item_index for i in items), np.int32, len(items))

@@ -9,14 +9,19 @@ import torch
 from transformers.utils import logging as transformers_logging
 
 from sie.gpu_proc.adapters.base import load_adapter
+from sie.gpu_proc.attention import configure_attention
 from sie.gpu_proc.batcher import Batcher
+from sie.gpu_proc.device_stats import attach_device_stats
+from sie.gpu_proc.eviction import MemoryManager
 from sie.gpu_proc.inference import InferenceThread
 from sie.gpu_proc.loop import DeviceLoop
+from sie.gpu_proc.memory import probe_for
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
 from sie.logs import configure_logging
-from sie.model_config import load_catalog
+from sie.model_config import Catalog
 from sie.settings import Settings, available_cores
+from sie.shared_catalog import read_shared_catalog
 from sie.shm.control import ControlBlock, DeviceState
 from sie.shm.doorbell import Doorbell, EventFd
 from sie.shm.names import Namespace
@@ -32,18 +37,22 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
         torch.set_num_threads(settings.torch_threads or available_cores())
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
-    catalog = load_catalog(settings.models_dir, settings.models)
-    doorbell = Doorbell.attach(namespace.doorbell(spec.index, control.device_generation(spec.index)))
-    registry = Registry(
-        catalog, control, spec.index, spec.device, loader=load_adapter, on_change=doorbell.ring
+    configure_attention(settings.attention_backend)
+    stats, recorder = attach_device_stats(
+        namespace, control, spec.index, spec.device, instrumentation=settings.instrumentation
     )
+    catalog = read_shared_catalog(spec.catalog_fd)
+    doorbell = Doorbell.attach(namespace.doorbell(spec.index, control.device_generation(spec.index)))
     batcher = Batcher(
         max_batch_requests=settings.max_batch_requests,
         max_batch_wait_s=settings.max_batch_wait_ms / 1000,
         max_pending_items=settings.max_concurrent_requests,
         max_batch_tokens=lambda slot: catalog.models[slot].profile().max_batch_tokens,
     )
-    inference = InferenceThread(Runner(torch.device(spec.device)), registry, wake=doorbell.ring)
+    registry, memory = keep_models(settings, spec, catalog, control, doorbell, batcher)
+    inference = InferenceThread(
+        Runner(torch.device(spec.device)), registry, wake=doorbell.ring, evict_other=memory.evict_for_oom
+    )
     loop = DeviceLoop(
         device_index=spec.index,
         namespace=namespace,
@@ -54,6 +63,8 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
         batcher=batcher,
         inference=inference,
         supervisor_pid=spec.supervisor_pid,
+        memory=memory,
+        stats=recorder,
     )
 
     def stop(signum: int, _frame: object) -> None:
@@ -74,5 +85,41 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
         registry.close()
         loop.close()
         doorbell.close()
+        stats.close()
     log.info("device stopped")
     return 0
+
+
+def keep_models(
+    settings: Settings,
+    spec: DeviceSpec,
+    catalog: Catalog,
+    control: ControlBlock,
+    doorbell: Doorbell,
+    batcher: Batcher,
+) -> tuple[Registry, MemoryManager]:
+    """The registry of this device's models and the memory manager that decides what goes."""
+    probe = probe_for(spec.device, settings.device_memory_bytes)
+    registry = Registry(
+        catalog,
+        control,
+        spec.index,
+        spec.device,
+        loader=load_adapter,
+        on_change=doorbell.ring,
+        failure_cooldown_s=settings.load_failure_cooldown_s,
+        release=probe.release,
+        max_loras=settings.max_loras_per_model,
+    )
+    memory = MemoryManager(
+        registry,
+        probe,
+        control,
+        spec.index,
+        threshold_percent=settings.memory_pressure_threshold_percent,
+        idle_evict_s=settings.idle_evict_s,
+        pinned=spec.preload_slots,
+        is_queued=lambda slot: batcher.pending_items(slot) > 0,
+    )
+    registry.before_load = memory.make_room
+    return registry, memory

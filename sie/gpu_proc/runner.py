@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.media import is_media, run_media
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind, kinds_of
 
@@ -35,6 +36,8 @@ class Runner:
 
     def run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
         """Every kind the batch asked for; row i of each belongs to batch.items[i]."""
+        if is_media(batch):  # images or audio windows: one forward, see sie.gpu_proc.media
+            return run_media(adapter, batch, self._to_device)
         wanted = frozenset(kinds_of(batch.output_mask)) & adapter.kinds
         if not wanted:
             raise ValueError(f"model '{adapter.name}' produces none of {kinds_of(batch.output_mask)}")

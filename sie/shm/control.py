@@ -26,7 +26,7 @@ from sie.shm.layout import LAYOUT_VERSION
 # "SIECTL" + the block's own version. Bump the last digits with any change to HEADER, DEVICE or MODEL:
 # a process from another build then refuses to attach instead of reading fields at wrong offsets.
 # (The version field holds LAYOUT_VERSION, the ring message format, which this block shares.)
-MAGIC = 0x5349_4543_544C_0002
+MAGIC = 0x5349_4543_544C_0003
 ERROR_BYTES = 240
 
 
@@ -50,8 +50,9 @@ class ModelUsage:
     """What one device reports about one model besides its state."""
 
     memory_bytes: int
-    last_used_ns: int  # time.monotonic_ns() of the last admitted request (or the load); 0: never
+    last_used_ns: int  # time.monotonic_ns() of the last admitted request or batch (or the load); 0: never
     queue_depth: int
+    loads: int = 0  # how many times this device loaded it (reloads after eviction count)
 
 
 HEADER = np.dtype(
@@ -74,7 +75,9 @@ DEVICE = np.dtype(
         ("pid", "<u4"),
         ("restarts", "<u4"),
         ("heartbeat_ns", "<u8"),
-        ("_pad", "V40"),
+        ("memory_used_bytes", "<u8"),  # what the device's memory manager measured, about every second
+        ("memory_capacity_bytes", "<u8"),
+        ("_pad", "V24"),
     ]
 )
 MODEL = np.dtype(
@@ -84,7 +87,8 @@ MODEL = np.dtype(
         ("memory_bytes", "<u8"),
         ("last_used_ns", "<u8"),  # time.monotonic_ns(): one clock for every process on the box
         ("queue_depth", "<u4"),  # items waiting in the batcher, refreshed every few ms
-        ("_pad", "V4"),
+        ("loads", "<u4"),  # times loaded on this device
+        ("state_ns", "<u8"),  # time.monotonic_ns() of the last state change (failed-load cool-down)
         ("error", f"V{ERROR_BYTES}"),
     ]
 )
@@ -172,6 +176,10 @@ class ControlBlock:
     def device_state(self, device: int) -> DeviceState:
         return DeviceState(int(self.devices["state"][device]))
 
+    def heartbeat_ns(self, device: int) -> int:
+        """time.monotonic_ns() of the device loop's latest beat."""
+        return int(self.devices["heartbeat_ns"][device])
+
     def device_generation(self, device: int) -> int:
         return int(self.devices["generation"][device])
 
@@ -189,8 +197,20 @@ class ControlBlock:
     def model_usage(self, device: int, slot: int) -> ModelUsage:
         record = self.models[device, slot]
         return ModelUsage(
-            int(record["memory_bytes"]), int(record["last_used_ns"]), int(record["queue_depth"])
+            int(record["memory_bytes"]),
+            int(record["last_used_ns"]),
+            int(record["queue_depth"]),
+            int(record["loads"]),
         )
+
+    def model_state_ns(self, device: int, slot: int) -> int:
+        """time.monotonic_ns() when the model entered its current state on this device."""
+        return int(self.models["state_ns"][device, slot])
+
+    def device_memory(self, device: int) -> tuple[int, int]:
+        """(used, capacity) bytes as the device last measured them; (0, 0) before it did."""
+        record = self.devices[device]
+        return int(record["memory_used_bytes"]), int(record["memory_capacity_bytes"])
 
     # -- writers (see the module docstring for who may call which) -----------------------------
     def set_draining(self) -> None:
@@ -219,12 +239,21 @@ class ControlBlock:
         self.pair_gen[device, frontend] = generation
 
     def set_model_state(self, device: int, slot: int, state: ModelState, error: str = "") -> None:
+        """Enter a state; a load clears the last error, and counts."""
         record = self.models[device, slot]
         if error:
             raw = error.encode()[:ERROR_BYTES]
             record["error"] = raw.ljust(ERROR_BYTES, b"\0")
             record["error_len"] = len(raw)
+        elif state == ModelState.LOADED:
+            record["error_len"] = 0
+            self.models["loads"][device, slot] += 1
+        self.models["state_ns"][device, slot] = time.monotonic_ns()
         self.models["state"][device, slot] = int(state)
+
+    def set_device_memory(self, device: int, used_bytes: int, capacity_bytes: int) -> None:
+        self.devices["memory_used_bytes"][device] = used_bytes
+        self.devices["memory_capacity_bytes"][device] = capacity_bytes
 
     def set_model_memory(self, device: int, slot: int, memory_bytes: int) -> None:
         self.models["memory_bytes"][device, slot] = memory_bytes

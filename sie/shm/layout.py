@@ -12,6 +12,16 @@ Request (frontend -> device): one tokenized HTTP request, or one chunk of a larg
     token_type_ids  int8[n_tokens]       only when flags & HAS_TOKEN_TYPES
     aux             int32[n_tokens]      only when flags & HAS_AUX: a per-token integer an adapter
                                          needs beside the ids (GLiNER's word index of each token)
+    pixels          u8|f32[n_items, media_h, media_w, 3]
+                                         only when flags & HAS_PIXELS: one image per item, RGB,
+                                         already resized/cropped by the frontend; float32 when
+                                         flags & FLOAT_PIXELS (a processor whose resize is not uint8)
+    sample_offsets  int32[n_items + 1]   only when flags & HAS_AUDIO: item i is
+    samples         f32[n_samples]       samples[sample_offsets[i]:sample_offsets[i+1]], mono, at the
+                                         model's rate
+
+A media request still has `offsets` and may have `input_ids`: the tokens each item brings besides
+its pixels or samples (an OWLv2 image's label queries, a Whisper window's decoder prompt).
 
 Result (device -> frontend): results for some items of one request; a request whose items were
 spread over several batches gets several result messages.
@@ -37,7 +47,8 @@ from enum import IntEnum
 
 import numpy as np
 
-LAYOUT_VERSION = 1
+# 2: media sections (pixels, samples) and the TOKENS / TOKEN_TIMES / BOXES result kinds.
+LAYOUT_VERSION = 2
 ALIGN = 8
 
 
@@ -46,6 +57,7 @@ class Op(IntEnum):
     SCORE = 2
     EXTRACT = 3
     LOAD_MODEL = 4
+    CANCEL = 5  # the client left: drop this request's items that have not run yet (no answer)
 
 
 class Status(IntEnum):
@@ -55,6 +67,21 @@ class Status(IntEnum):
     OUT_OF_MEMORY = 3
     INFERENCE_ERROR = 4
     INVALID = 5
+    LORA_LOADING = 6  # the request's LoRA adapter is loading (503 LORA_LOADING, Retry-After 1)
+    LORA_FAILED = 7  # it failed to load (502, for the load cool-down)
+
+
+# A request's `config_key` (items share a batch only when it matches) carries in bits 32-47 the LoRA
+# adapter the device applies: 0 for none, else 1 + its position among the model's sorted `loras`.
+LORA_SHIFT = 32
+
+
+def lora_of(config_key: int) -> int:
+    return (config_key >> LORA_SHIFT) & 0xFFFF
+
+
+def with_lora(config_key: int, lora: int) -> int:
+    return (config_key & ~(0xFFFF << LORA_SHIFT)) | (lora << LORA_SHIFT)
 
 
 class ResultKind(IntEnum):
@@ -64,6 +91,9 @@ class ResultKind(IntEnum):
     MULTIVECTOR = 3  # ragged: [n_tokens_i, dim] token embeddings
     SCORES = 4  # [n_items, dim] raw logits per item (cross-encoders, NLI pairs)
     TOKEN_SCORES = 5  # ragged: [n_rows_i, dim] raw logits per token or span (NER, GLiNER)
+    TOKENS = 6  # ragged: [n_tokens_i, 1] generated token ids (exact in float32 below 2**24)
+    TOKEN_TIMES = 7  # ragged: [n_tokens_i, 1] seconds at which each generated token starts
+    BOXES = 8  # ragged: [n_boxes_i, 6] cx, cy, w, h (0..1 of the model's input), best logit, its label
 
 
 class ValueDType(IntEnum):
@@ -79,6 +109,9 @@ class OutputMask(IntEnum):
     MULTIVECTOR = 4
     SCORES = 8
     TOKEN_SCORES = 16
+    TOKENS = 32
+    TOKEN_TIMES = 64
+    BOXES = 128
 
 
 def mask_of(kinds: set[ResultKind] | list[ResultKind]) -> int:
@@ -92,11 +125,32 @@ def kinds_of(mask: int) -> list[ResultKind]:
     return [kind for kind in ResultKind if kind != ResultKind.NONE and mask & (1 << (int(kind) - 1))]
 
 
-RAGGED_KINDS = frozenset({ResultKind.SPARSE, ResultKind.MULTIVECTOR, ResultKind.TOKEN_SCORES})
+RAGGED_KINDS = frozenset(
+    {
+        ResultKind.SPARSE,
+        ResultKind.MULTIVECTOR,
+        ResultKind.TOKEN_SCORES,
+        ResultKind.TOKENS,
+        ResultKind.TOKEN_TIMES,
+        ResultKind.BOXES,
+    }
+)
 
 HAS_TOKEN_TYPES = 1
 HAS_AUX = 2
 IS_QUERY = 4  # the items are queries (encode with is_query): ColBERT expands them, SPLADE may differ
+HAS_PIXELS = 8
+FLOAT_PIXELS = 16
+HAS_AUDIO = 32
+
+
+class Modality(IntEnum):
+    """What a request's items are; items of different modalities never share a batch."""
+
+    TEXT = 0
+    IMAGE = 1
+    AUDIO = 2
+
 
 _NUMPY_DTYPES = {ValueDType.FLOAT32: np.dtype("<f4"), ValueDType.FLOAT16: np.dtype("<f2")}
 
@@ -112,7 +166,10 @@ REQUEST_HEADER = np.dtype(
         ("n_items", "<u4"),
         ("n_tokens", "<u4"),
         ("output_mask", "<u4"),
-        ("_pad", "V16"),
+        ("media_h", "<u4"),
+        ("media_w", "<u4"),
+        ("n_samples", "<u4"),
+        ("temperature", "<f4"),  # sampling temperature of a generation (0: greedy)
     ]
 )
 
@@ -161,6 +218,10 @@ class TokenBatch:
     submit_ns: int = 0
     aux: np.ndarray | None = None
     is_query: bool = False
+    pixels: np.ndarray | None = None  # uint8 or float32 [n_items, H, W, 3]
+    samples: np.ndarray | None = None  # float32 [n_samples], item i at sample_offsets[i]:[i + 1]
+    sample_offsets: np.ndarray | None = None  # int32 [n_items + 1]
+    temperature: float = 0.0
 
     @property
     def n_items(self) -> int:
@@ -170,24 +231,46 @@ class TokenBatch:
     def flags(self) -> int:
         flags = HAS_TOKEN_TYPES if self.token_type_ids is not None else 0
         flags |= HAS_AUX if self.aux is not None else 0
+        if self.pixels is not None:
+            flags |= HAS_PIXELS | (FLOAT_PIXELS if self.pixels.dtype == np.float32 else 0)
+        flags |= HAS_AUDIO if self.samples is not None else 0
         return flags | (IS_QUERY if self.is_query else 0)
+
+    @property
+    def modality(self) -> Modality:
+        if self.pixels is not None:
+            return Modality.IMAGE
+        return Modality.AUDIO if self.samples is not None else Modality.TEXT
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
 
-def request_nbytes(n_items: int, n_tokens: int, flags: int) -> int:
+def request_nbytes(
+    n_items: int, n_tokens: int, flags: int, media_h: int = 0, media_w: int = 0, n_samples: int = 0
+) -> int:
     size = 64 + _aligned(4 * (n_items + 1)) + _aligned(4 * n_tokens)
     if flags & HAS_TOKEN_TYPES:
         size += _aligned(n_tokens)
     if flags & HAS_AUX:
         size += _aligned(4 * n_tokens)
+    if flags & HAS_PIXELS:
+        size += _aligned(n_items * media_h * media_w * 3 * (4 if flags & FLOAT_PIXELS else 1))
+    if flags & HAS_AUDIO:
+        size += _aligned(4 * (n_items + 1)) + _aligned(4 * n_samples)
     return size
+
+
+def _media_shape(batch: TokenBatch) -> tuple[int, int, int]:
+    """(media_h, media_w, n_samples) of a request, zeros where it has no such section."""
+    h, w = batch.pixels.shape[1:3] if batch.pixels is not None else (0, 0)
+    return int(h), int(w), 0 if batch.samples is None else len(batch.samples)
 
 
 def encode_request(batch: TokenBatch) -> np.ndarray:
     n_items, n_tokens, flags = batch.n_items, len(batch.input_ids), batch.flags
-    buf = np.zeros(request_nbytes(n_items, n_tokens, flags), np.uint8)
+    media_h, media_w, n_samples = _media_shape(batch)
+    buf = np.zeros(request_nbytes(n_items, n_tokens, flags, media_h, media_w, n_samples), np.uint8)
     header = buf[:64].view(REQUEST_HEADER)[0]
     header["req_id"], header["config_key"], header["submit_ns"] = (
         batch.req_id,
@@ -197,20 +280,32 @@ def encode_request(batch: TokenBatch) -> np.ndarray:
     header["op"], header["flags"] = int(batch.op), flags
     header["model_slot"], header["item_base"] = batch.model_slot, batch.item_base
     header["n_items"], header["n_tokens"], header["output_mask"] = n_items, n_tokens, batch.output_mask
+    header["media_h"], header["media_w"], header["n_samples"] = media_h, media_w, n_samples
+    header["temperature"] = batch.temperature
     pos = 64
     pos = _put(buf, pos, np.asarray(batch.offsets, np.int32))
     pos = _put(buf, pos, np.asarray(batch.input_ids, np.int32))
     if batch.token_type_ids is not None:
         pos = _put(buf, pos, np.asarray(batch.token_type_ids, np.int8))
     if batch.aux is not None:
-        _put(buf, pos, np.asarray(batch.aux, np.int32))
+        pos = _put(buf, pos, np.asarray(batch.aux, np.int32))
+    if batch.pixels is not None:
+        if batch.pixels.shape != (n_items, media_h, media_w, 3):
+            raise LayoutError(f"pixels of shape {batch.pixels.shape} are not one RGB image per item")
+        pos = _put(buf, pos, np.ascontiguousarray(batch.pixels))
+    if batch.samples is not None:
+        if batch.sample_offsets is None or len(batch.sample_offsets) != n_items + 1:
+            raise LayoutError("audio needs sample_offsets, one more than items")
+        pos = _put(buf, pos, np.asarray(batch.sample_offsets, np.int32))
+        _put(buf, pos, np.asarray(batch.samples, np.float32))
     return buf
 
 
 def decode_request(buf: np.ndarray) -> TokenBatch:
     header = _header(buf, REQUEST_HEADER)
     n_items, n_tokens, flags = int(header["n_items"]), int(header["n_tokens"]), int(header["flags"])
-    if request_nbytes(n_items, n_tokens, flags) > len(buf):
+    media_h, media_w, n_samples = int(header["media_h"]), int(header["media_w"]), int(header["n_samples"])
+    if request_nbytes(n_items, n_tokens, flags, media_h, media_w, n_samples) > len(buf):
         raise LayoutError(f"request of {n_items} items / {n_tokens} tokens overruns {len(buf)} bytes")
     pos = 64
     offsets, pos = _take(buf, pos, np.int32, n_items + 1)
@@ -222,6 +317,16 @@ def decode_request(buf: np.ndarray) -> TokenBatch:
         aux, pos = _take(buf, pos, np.int32, n_tokens)
     if n_items and (offsets[0] != 0 or offsets[-1] != n_tokens or np.any(np.diff(offsets) < 0)):
         raise LayoutError("request offsets are not a prefix sum of the token count")
+    pixels = samples = sample_offsets = None
+    if flags & HAS_PIXELS:
+        dtype = np.float32 if flags & FLOAT_PIXELS else np.uint8
+        flat, pos = _take(buf, pos, dtype, n_items * media_h * media_w * 3)
+        pixels = flat.reshape(n_items, media_h, media_w, 3)
+    if flags & HAS_AUDIO:
+        sample_offsets, pos = _take(buf, pos, np.int32, n_items + 1)
+        samples, pos = _take(buf, pos, np.float32, n_samples)
+        if sample_offsets[0] != 0 or sample_offsets[-1] != n_samples or np.any(np.diff(sample_offsets) < 0):
+            raise LayoutError("sample offsets are not a prefix sum of the sample count")
     return TokenBatch(
         req_id=int(header["req_id"]),
         op=Op(int(header["op"])),
@@ -235,6 +340,10 @@ def decode_request(buf: np.ndarray) -> TokenBatch:
         submit_ns=int(header["submit_ns"]),
         aux=aux,
         is_query=bool(flags & IS_QUERY),
+        pixels=pixels,
+        samples=samples,
+        sample_offsets=sample_offsets,
+        temperature=float(header["temperature"]),
     )
 
 

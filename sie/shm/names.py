@@ -7,12 +7,14 @@ everything a SIGKILLed run left behind. Restarts use new generation numbers, nev
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 SHM_DIR = "/dev/shm"
+log = logging.getLogger(__name__)
 
 _INSTANCE = re.compile(r"[A-Za-z0-9_-]+")
 _OURS = re.compile(r"(?:sem\.)?sie\.([A-Za-z0-9_-]+)\.([0-9]+)\..+")
@@ -27,7 +29,7 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):  # another user's process; or no pid at all: not ours to sweep
         return True
     return True
 
@@ -49,6 +51,9 @@ class Namespace:
 
     def control(self) -> str:
         return f"{self.prefix}.ctl"
+
+    def stats(self) -> str:
+        return f"{self.prefix}.stats"
 
     def ring(self, device: int, frontend: int, generation: int, direction: str) -> str:
         if direction not in _DIRECTIONS:
@@ -95,14 +100,27 @@ def _listdir(shm_dir: str) -> list[str]:
         return sorted(os.listdir(shm_dir))
     except FileNotFoundError:
         return []
+    except OSError as exc:  # an unreadable /dev/shm: nothing to sweep, and no reason not to start
+        log.warning("cannot list %s; stale shared memory is not swept: %s", shm_dir, exc)
+        return []
 
 
 def _remove(shm_dir: str, entries: list[str]) -> list[str]:
-    removed = []
+    removed, refused = [], []
     for entry in entries:
         try:
             os.unlink(os.path.join(shm_dir, entry))
         except FileNotFoundError:
             continue  # someone else cleaned it up first
+        except OSError:
+            # Another user's leftovers (/dev/shm is sticky: only the owner may remove them), or
+            # not a file at all. Never ours to fix, and never a reason not to start.
+            refused.append(entry)
+            continue
         removed.append(entry)
+    if refused:
+        log.warning(
+            "left shared memory this user may not remove",
+            extra={"names": refused[:10], "count": len(refused)},
+        )
     return removed

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sie.settings import Settings
 
@@ -37,7 +38,7 @@ class Child:
 
     def start(self, settings: Settings, spec_json: str, pass_fds: tuple[int, ...]) -> None:
         argv = [sys.executable, "-m", "sie", f"_{self.role}", settings.encode(), spec_json]
-        self.process = subprocess.Popen(argv, pass_fds=pass_fds, env=_child_env(self.role))
+        self.process = subprocess.Popen(argv, pass_fds=pass_fds, env=_child_env(self.role, settings))
         self.started_s = time.monotonic()
         self.restart_at_s = None
 
@@ -52,8 +53,9 @@ class Child:
         return True
 
 
-def _child_env(role: str) -> dict[str, str]:
+def _child_env(role: str, settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(hub_environment(settings))
     if role == "frontend":
         # Each frontend is one core's worth of work; Rust tokenizer thread pools would oversubscribe.
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -92,3 +94,17 @@ def visible_gpu_count() -> int:
     if visible is None:
         return present
     return min(present, len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"]))
+
+
+def hub_environment(settings: Settings) -> dict[str, str]:
+    """SIE_LOCAL_CACHE / SIE_HF_FALLBACK as Hugging Face's own variables, for the children.
+
+    Weights come from the local cache only (HF_HUB_OFFLINE=1) unless the Hub is allowed: a box in
+    production should not start downloading gigabytes because a model id changed.
+    """
+    env = {"HF_HUB_OFFLINE": "0" if settings.hf_fallback else "1"}
+    if settings.local_cache:
+        cache = Path(settings.local_cache).expanduser()
+        # An HF_HOME-style folder keeps its models under hub/; a hub cache holds models--* itself.
+        env["HF_HUB_CACHE"] = str(cache / "hub" if (cache / "hub").is_dir() else cache)
+    return env

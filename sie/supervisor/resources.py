@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from sie.metrics.block import StatsBlock
+from sie.metrics.recorders import SupervisorRecorder
 from sie.settings import Settings
 from sie.shm.control import ControlBlock, DeviceState
 from sie.shm.doorbell import Doorbell, EventFd
@@ -27,6 +29,9 @@ class SharedResources:
         self.n_devices = n_devices
         self.n_frontends = n_frontends
         self.control = ControlBlock.create(namespace.control(), n_devices, n_frontends, n_models)
+        self.stats = StatsBlock.create(namespace.stats(), n_devices, n_frontends, n_models)
+        self.stats_writer = SupervisorRecorder(self.stats)
+        self.stats_writer.ring_capacity(settings.request_ring_bytes, settings.response_ring_bytes)
         self.eventfds = [EventFd.create() for _ in range(n_frontends)]
         self._rings: dict[tuple[int, int], tuple[Ring, Ring]] = {}
         self._doorbells: dict[int, Doorbell] = {}
@@ -77,6 +82,14 @@ class SharedResources:
         for wake in self.eventfds:
             wake.ring()
 
+    def publish_stats(self, pids: tuple[list[int], list[int]], restarts: tuple[list[int], list[int]]) -> None:
+        """Children's pids and restart counts, and how full every ring is, for /metrics."""
+        writer = self.stats_writer
+        writer.processes(self.namespace.supervisor_pid, *pids, *restarts)
+        for (device, frontend), rings in self._rings.items():
+            for direction, ring in enumerate(rings):
+                writer.ring(device, frontend, direction, ring.used_bytes(), ring.pending())
+
     def eventfd_numbers(self) -> list[int]:
         return [wake.fd for wake in self.eventfds]
 
@@ -90,6 +103,8 @@ class SharedResources:
             bell.unlink()
         self.control.close()
         self.control.unlink()
+        self.stats.close()
+        self.stats.unlink()
         for wake in self.eventfds:
             wake.close()
         leftovers = remove_namespace(self.namespace)

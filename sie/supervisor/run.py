@@ -12,6 +12,7 @@ requests, then the devices stop. A second SIGTERM or SIGINT skips what is left o
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import select
@@ -21,14 +22,17 @@ import time
 
 import msgspec
 
+from sie.catalog_defaults import with_server_defaults
 from sie.model_config import load_catalog, preload_names
 from sie.settings import Settings
+from sie.shared_catalog import share_catalog
 from sie.shm.control import DeviceState, ModelState
 from sie.shm.names import Namespace, sweep_stale
 from sie.specs import DeviceSpec, FrontendSpec
 from sie.supervisor.children import Child, resolve_devices
 from sie.supervisor.resources import SharedResources
 from sie.supervisor.systemd import inherited_socket, sd_notify
+from sie.tokens import load_tokens, share_tokens
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +43,14 @@ DEVICE_STOP_TIMEOUT_S = 30.0
 class Supervisor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.catalog = load_catalog(settings.models_dir, settings.models)
+        self.catalog = with_server_defaults(load_catalog(settings.models_dir, settings.models), settings)
         preload = preload_names(settings.preload, settings.default_model, self.catalog)
         self.preload_slots = [self.catalog.slot(name) for name in preload]
+        self.catalog_fd = share_catalog(self.catalog)  # every child, restarted ones too, reads this
         self.device_names = resolve_devices(settings.device)
+        self.auth_fd = share_tokens(load_tokens(settings))  # -1: no tokens, no authentication
+        if settings.tracing_enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ValueError("tracing needs OpenTelemetry: pip install 'sie[tracing]'")
         self.namespace = Namespace(settings.instance, os.getpid())
         self.devices = [Child("device", i) for i in range(len(self.device_names))]
         self.frontends = [Child("frontend", i) for i in range(settings.frontends)]
@@ -105,9 +113,10 @@ class Supervisor:
             supervisor_pid=self.namespace.supervisor_pid,
             eventfds=self.resources.eventfd_numbers(),
             preload_slots=self.preload_slots,
+            catalog_fd=self.catalog_fd,
         )
         self.resources.control.set_device_state(child.index, DeviceState.STARTING)
-        child.start(self.settings, _encode(spec), tuple(spec.eventfds))
+        child.start(self.settings, _encode(spec), (*spec.eventfds, spec.catalog_fd))
         self.resources.control.set_device_pid(child.index, child.pid or 0)
 
     def _start_frontend(self, child: Child) -> None:
@@ -117,9 +126,14 @@ class Supervisor:
             supervisor_pid=self.namespace.supervisor_pid,
             eventfd=self.resources.eventfds[child.index].fd,
             listen_fd=self.listener.fileno(),
-            device_names=self.device_names,
+            catalog_fd=self.catalog_fd,
+            device_names=device_labels(self.device_names),
+            auth_fd=self.auth_fd,
         )
-        child.start(self.settings, _encode(spec), (spec.eventfd, spec.listen_fd))
+        inherited = [spec.eventfd, spec.listen_fd, spec.catalog_fd]
+        if self.auth_fd >= 0:
+            inherited.append(self.auth_fd)
+        child.start(self.settings, _encode(spec), tuple(inherited))
 
     # -- steady state ------------------------------------------------------------------------------------
     def _watch(self) -> int:
@@ -135,7 +149,30 @@ class Supervisor:
         """Wait for a signal or a child's exit (at most `timeout_s`); False: give up the server."""
         select.select([self._wake_r], [], [], timeout_s)
         _drain_pipe(self._wake_r)
-        return self._reap_and_restart()
+        self._kill_stalled_devices()
+        alive = self._reap_and_restart()
+        self._publish_stats()
+        return alive
+
+    def _publish_stats(self) -> None:
+        self.resources.publish_stats(
+            ([c.pid or 0 for c in self.devices], [c.pid or 0 for c in self.frontends]),
+            ([c.restarts for c in self.devices], [c.restarts for c in self.frontends]),
+        )
+
+    def _kill_stalled_devices(self) -> None:
+        """A device whose loop stopped beating is stuck (its forwards run on another thread, so a long
+        batch never silences it): kill it; the reaping below fails its requests and restarts it."""
+        control = self.resources.control
+        now_ns = time.monotonic_ns()
+        for child in self.devices:
+            if child.process is None or control.device_state(child.index) != DeviceState.UP:
+                continue
+            silent_s = (now_ns - control.heartbeat_ns(child.index)) / 1e9
+            if silent_s > self.settings.device_stall_s:
+                log.error("%s stalled (no heartbeat for %.1f s); killing it", child.name, silent_s)
+                control.set_device_state(child.index, DeviceState.DOWN)  # not ready, no new requests
+                child.process.kill()
 
     def _linger(self) -> int:
         """Not ready, still serving, for `drain_delay_s`: balancers move traffic before the drain."""
@@ -202,6 +239,11 @@ def _terminate(children: list[Child], timeout_s: float) -> None:
             log.error("%s did not stop in time; killing it", child.name)
             child.process.kill()  # type: ignore[union-attr]
             child.process.wait()  # type: ignore[union-attr]
+
+
+def device_labels(names: list[str]) -> list[str]:
+    """Names for /v1/models: `cpu,cpu` (tests, CPU boxes) become `cpu:0,cpu:1` so each is told apart."""
+    return [f"{name}:{i}" if names.count(name) > 1 else name for i, name in enumerate(names)]
 
 
 def bind(host: str, port: int) -> socket.socket:

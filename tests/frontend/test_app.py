@@ -41,6 +41,7 @@ MODEL_INFO_KEYS = {
     "memory_bytes",
     "last_used",
     "queue_depth",
+    "loads",
     "instance",
 }
 
@@ -58,6 +59,7 @@ class FakeDevices:
         self.catalog = catalog
         self.states = {slot: ModelState.LOADED for slot in range(len(catalog))}
         self.errors: dict[int, str] = {}
+        self.retry_allowed: set[int] = set()  # failed models whose cool-down has passed
         self.ready = True
         self.draining = False
         self.load_requests: list[int] = []
@@ -78,6 +80,12 @@ class FakeDevices:
 
     def is_ready(self, preload_slots: list[int]) -> bool:
         return self.ready
+
+    def can_retry_load(self, slot: int) -> bool:
+        return slot in self.retry_allowed
+
+    def loads(self, slot: int) -> int:
+        return 1 if self.states[slot] == ModelState.LOADED else 0
 
     def request_load(self, slot: int) -> None:
         self.load_requests.append(slot)
@@ -315,6 +323,18 @@ def test_failed_model_is_502_and_listed_with_its_error(client: TestClient, devic
     assert devices.load_requests == []
     # The other model is unaffected.
     assert post_encode(client, MINILM, {"items": [{"text": "x"}]}).status_code == 200
+
+
+def test_failed_model_is_retried_once_its_cool_down_has_passed(
+    client: TestClient, devices: FakeDevices
+) -> None:
+    slot = devices.catalog.slot(ODD)
+    devices.states[slot] = ModelState.FAILED
+    devices.retry_allowed.add(slot)
+    response = post_encode(client, ODD, {"items": [{"text": "x"}]})
+    assert (response.status_code, response.headers["retry-after"]) == (503, "5")
+    assert error_of(response)[0] == "MODEL_LOADING"
+    assert devices.load_requests == [slot]
 
 
 @pytest.mark.parametrize("where", ["devices", "state"])

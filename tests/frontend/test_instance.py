@@ -45,6 +45,12 @@ class PlacedDevices:
     def is_ready(self, preload_slots: list[int]) -> bool:
         return True
 
+    def can_retry_load(self, slot: int) -> bool:
+        return False
+
+    def loads(self, slot: int) -> int:
+        return 1
+
     def request_load(self, slot: int) -> None:
         pass
 

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 
 import msgpack  # type: ignore[import-untyped]
+import msgspec
 import pytest
 
 from sie.errors import InvalidInput
@@ -14,6 +16,7 @@ from sie.frontend.wire import (
     EncodeRequest,
     decode_body,
     is_msgpack,
+    modality_of,
     validate_encode,
     wants_json,
 )
@@ -164,8 +167,44 @@ def test_validate_missing_text_names_the_item() -> None:
         _validate({"items": [{"text": "a"}, {"id": "b"}]})
 
 
-def test_validate_missing_text_allowed_when_model_needs_none() -> None:
-    validate_encode(_decode({"items": [{"id": "b"}]}), model=MODEL, supported=["dense"], needs_text=False)
+def test_validate_image_items_for_an_image_model() -> None:
+    image = {"data": base64.b64encode(b"\xff\xd8\xff").decode(), "format": "jpeg"}
+    req = _decode({"items": [{"images": [image]}, {"text": "a", "images": [image]}, {"text": "b"}]})
+    validate_encode(req, model=MODEL, supported=["dense"], inputs=("text", "image"))
+    assert [modality_of(item) for item in req.items] == ["image", "image", "text"]
+
+
+def test_validate_rejects_a_modality_the_model_lacks() -> None:
+    image = {"data": base64.b64encode(b"\xff\xd8\xff").decode()}
+    with pytest.raises(
+        InvalidInput, match=r"Item 0 has images, which model .* does not accept \(its inputs: text\)"
+    ):
+        _validate({"items": [{"text": "a caption", "images": [image]}]})
+    audio = {"data": base64.b64encode(b"RIFF").decode(), "format": "wav"}
+    with pytest.raises(InvalidInput, match="Item 1 has audio"):
+        validate_encode(
+            _decode({"items": [{"text": "a"}, {"audio": audio}]}),
+            model=MODEL,
+            supported=["dense"],
+            inputs=("text", "image"),
+        )
+    with pytest.raises(InvalidInput, match=r"Item 0 has no text or images; .* requires text or image input"):
+        validate_encode(
+            _decode({"items": [{"id": "x"}]}), model=MODEL, supported=["dense"], inputs=("text", "image")
+        )
+
+
+def test_image_bytes_arrive_as_base64_in_json_and_bin_in_msgpack() -> None:
+    raw = bytes(range(256))
+    as_json = msgspec.json.encode({"items": [{"images": [{"data": base64.b64encode(raw).decode()}]}]})
+    as_msgpack = msgspec.msgpack.encode({"items": [{"images": [{"data": raw}], "audio": {"data": raw}}]})
+    from_json = decode_body(as_json, "application/json", EncodeRequest)
+    from_msgpack = decode_body(as_msgpack, "application/msgpack", EncodeRequest)
+    images = from_json.items[0].images
+    assert images is not None and images[0].data == raw
+    assert from_msgpack.items[0].audio is not None and from_msgpack.items[0].audio.data == raw
+    with pytest.raises(InvalidInput, match=r"\$.items\[0\].images\[0\].data"):
+        decode_body(b'{"items": [{"images": [{"data": "not base64!"}]}]}', None, EncodeRequest)
 
 
 def test_validate_text_limit_is_2_mib_of_utf8() -> None:

@@ -143,7 +143,7 @@ def test_cpu_ignores_half_precision_profiles(tiny_models: dict[str, Path]) -> No
 
 def test_unknown_family_is_a_clear_error(tiny_models: dict[str, Path]) -> None:
     config = model_config("bert", adapter="colbert-magic")
-    with pytest.raises(ValueError, match=r"unknown adapter family 'colbert-magic' \(known: colbert, .*dense"):
+    with pytest.raises(ValueError, match=r"unknown adapter family 'colbert-magic' \(known: .*colbert.*dense"):
         load_adapter(config, tiny_models["bert"], "cpu")
 
 

@@ -47,6 +47,44 @@ def test_full_pipeline_sleeps_until_the_doorbell_instead_of_spinning() -> None:
     assert loop_with(overdue_batcher(), in_flight=PIPELINE_DEPTH)._wait_s() == IDLE_WAIT_S
 
 
+def test_idle_device_holds_a_young_group_for_its_wait_then_runs_it() -> None:
+    batcher = Batcher(max_batch_wait_s=0.2)
+    request = TokenBatch(
+        req_id=1,
+        op=Op.ENCODE,
+        model_slot=0,
+        offsets=np.array([0, 3], np.int32),
+        input_ids=np.ones(3, np.int32),
+    )
+    assert batcher.try_add(request, source=0, now=time.monotonic())
+    submitted: list[Any] = []
+    inference = SimpleNamespace(in_flight=0, submit=submitted.append)
+    loop = loop_with(batcher, in_flight=0)
+    loop.inference = inference  # type: ignore[assignment]
+    loop._dispatch()
+    assert submitted == [] and 0.1 < loop._wait_s() <= 0.2  # sleeps until the wait runs out
+    loop.batcher = overdue_batcher()  # the same item, once its wait has run out
+    loop._dispatch()
+    assert len(submitted) == 1 and len(submitted[0].items) == 1
+
+
+def test_zero_wait_runs_at_once() -> None:
+    batcher = Batcher(max_batch_wait_s=0.0)
+    request = TokenBatch(
+        req_id=1,
+        op=Op.ENCODE,
+        model_slot=0,
+        offsets=np.array([0, 3], np.int32),
+        input_ids=np.ones(3, np.int32),
+    )
+    assert batcher.try_add(request, source=0, now=time.monotonic())
+    submitted: list[Any] = []
+    loop = loop_with(batcher, in_flight=0)
+    loop.inference = SimpleNamespace(in_flight=0, submit=submitted.append)  # type: ignore[assignment]
+    loop._dispatch()
+    assert len(submitted) == 1
+
+
 def test_empty_batcher_sleeps_the_idle_interval() -> None:
     assert loop_with(Batcher(), in_flight=0)._wait_s() == IDLE_WAIT_S
 

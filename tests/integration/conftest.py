@@ -30,3 +30,17 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server,
     code = server.stop()
     assert code == 0, server.log()
     assert shm_names(server.instance) == []
+
+
+@pytest.fixture(scope="session")
+def media(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, Path]]]:
+    """One server with tiny image and audio models (and a text-only one), small media limits and a
+    2.5 MiB request ring (so a request of many images spans several ring messages)."""
+    from tests.integration.media_models import build_media_models, media_server_args
+
+    models_dir, folders = build_media_models(tmp_path_factory.mktemp("media"))
+    server = Server(*media_server_args(models_dir, folders), frontends=1).wait_ready(180)
+    yield server, folders
+    code = server.stop()
+    assert code == 0, server.log()
+    assert shm_names(server.instance) == []

@@ -1,10 +1,11 @@
 """Drive the real `sie-sdk` client against a server; run by the SDK's own Python (.venv-sdk).
 
-    .venv-sdk/bin/python tests/integration/sdk_client.py URL < actions.json
+    .venv-sdk/bin/python tests/integration/sdk_client.py URL [API_KEY] < actions.json
 
 `actions.json` is a JSON list of `{"op": "encode"|"score"|"extract"|"list_models"|"get_model", ...}`;
 encode and extract actions have `model`, `items` (one item or a list) and optional `kwargs` for the
-`SIEClient` call; a score action has `model`, `query`, `items` and optional `kwargs`.
+`SIEClient` call; a score action has `model`, `query`, `items` and optional `kwargs`. Images and
+audio in items are named by file (see `materialize`).
 Prints one JSON list to stdout, one entry per action: `{"ok": true, "result": ..., "retries": n,
 "elapsed_s": s}` or `{"ok": false, "error": {"type", "types", "code", "status_code", "message"}}`.
 numpy arrays become `{"dtype": str, "shape": [...], "values": [...]}`.
@@ -37,8 +38,37 @@ def to_json(value: Any) -> Any:
     return repr(value)
 
 
+def materialize(items: Any) -> Any:
+    """Media in an action, named by file: an image `{"path": p}` is sent as the path itself,
+    `{"pil": p}` as an opened PIL image, `{"bytes": p}` as the file's bytes; audio `{"path": p}` as
+    the path. The SDK converts each the way a user's call would."""
+    if isinstance(items, list):
+        return [materialize(item) for item in items]
+    if not isinstance(items, dict):
+        return items
+    item = dict(items)
+    if "images" in item:
+        item["images"] = [_image(image) for image in item["images"]]
+    if isinstance(item.get("audio"), dict) and "path" in item["audio"]:
+        item["audio"] = item["audio"]["path"]
+    return item
+
+
+def _image(spec: dict[str, str]) -> Any:
+    if "pil" in spec:
+        from PIL import Image
+
+        return Image.open(spec["pil"])
+    if "bytes" in spec:
+        with open(spec["bytes"], "rb") as fh:
+            return fh.read()
+    return spec["path"]
+
+
 def run_action(client: SIEClient, action: dict[str, Any]) -> Any:
     op = action["op"]
+    if op in ("encode", "extract"):
+        action = {**action, "items": materialize(action["items"])}
     if op == "encode":
         return client.encode(action["model"], action["items"], **action.get("kwargs", {}))
     if op == "score":
@@ -54,9 +84,10 @@ def run_action(client: SIEClient, action: dict[str, Any]) -> Any:
 
 def main() -> int:
     url = sys.argv[1]
+    api_key = sys.argv[2] if len(sys.argv) > 2 else None  # sent as `Authorization: Bearer <key>`
     actions = json.load(sys.stdin)
     out = []
-    with SIEClient(url, timeout_s=120) as client:
+    with SIEClient(url, timeout_s=120, api_key=api_key) as client:
         for action in actions:
             start = time.monotonic()
             try:

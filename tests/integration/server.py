@@ -17,6 +17,9 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0
+# A drain never waits on a client that stopped sending (sie.frontend.client_watch), so an orderly
+# stop of a test server is a matter of seconds.
+STOP_LIMIT_S = 10.0
 T = TypeVar("T")
 
 
@@ -134,16 +137,25 @@ class Server:
         return found
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
-        if self.process.poll() is None:
+        """Stop the server; a SIGTERM or SIGINT stop must be prompt and leave /dev/shm clean."""
+        running = self.process.poll() is None
+        took_s = 0.0
+        if running:
+            started = time.monotonic()
             self.process.send_signal(sig)
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+            took_s = time.monotonic() - started
         self._log.close()
+        if running and sig in (signal.SIGTERM, signal.SIGINT):
+            assert took_s < STOP_LIMIT_S, f"stopping took {took_s:.1f} s:\n{self.log()}"
+            assert shm_names(self.instance) == [], f"left in /dev/shm: {shm_names(self.instance)}"
         return self.process.returncode
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")[-8000:]

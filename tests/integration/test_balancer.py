@@ -163,7 +163,8 @@ def test_sigkill_one_instance_under_load(cluster: Cluster) -> None:
         load.wait_for(lambda calls: len(calls) >= 20, 30, "load is flowing")
         os.killpg(victim.process.pid, signal.SIGKILL)  # the supervisor and its children, at once
         killed_s = time.monotonic()
-        victim.stop()  # reaps it (SIGKILLed already) and closes its log
+        victim.process.wait(30)  # reap it first: stop() checks a clean /dev/shm only after a live stop
+        victim.stop()  # closes its log
         down_s = cluster.lb.wait_state("gpu-a", "DOWN", 10)
 
         def moved_models_served(calls: list[Call]) -> bool:

@@ -147,6 +147,16 @@ def test_nli_zero_shot_matches_the_transformers_pipeline(families: Families, mul
         ("/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["a"], "top_n": 0}, "top_n"),
         ("/v1/rerank", {"model": RERANKER, "query": "q", "documents": ["a", 3]}, "$.documents[1]"),
         ("/v1/rerank", {"model": RERANKER, "query": "q", "documents": []}, "items must not be empty"),
+        (
+            f"/v1/score/{RERANKER}",
+            {"query": {"text": "q"}, "items": [{"text": "x"}], "options": {"lora": "nope"}},
+            "Unknown LoRA adapter 'nope'",
+        ),
+        (
+            f"/v1/extract/{NER}",
+            {"items": [{"text": "x"}], "params": {"options": {"lora_id": 7}}},
+            "options.lora",
+        ),
     ],
 )
 def test_bad_score_and_extract_requests_are_400(

@@ -71,8 +71,11 @@ def test_readiness_flags_and_model_usage(control: ControlBlock) -> None:
 
 def test_records_keep_their_size_and_alignment() -> None:
     # A changed record must come with a new MAGIC (see control.py); these pin the current one.
-    assert (HEADER.itemsize, DEVICE.itemsize, MODEL.itemsize) == (64, 64, 272)
-    assert MODEL.fields["memory_bytes"][1] % 8 == 0 and MODEL.fields["last_used_ns"][1] % 8 == 0
+    assert (HEADER.itemsize, DEVICE.itemsize, MODEL.itemsize) == (64, 64, 280)
+    for field in ("memory_bytes", "last_used_ns", "state_ns"):
+        assert MODEL.fields[field][1] % 8 == 0, field
+    for field in ("heartbeat_ns", "memory_used_bytes", "memory_capacity_bytes"):
+        assert DEVICE.fields[field][1] % 8 == 0, field
 
 
 def test_attach_rejects_a_block_of_another_version(control: ControlBlock) -> None:
@@ -80,3 +83,29 @@ def test_attach_rejects_a_block_of_another_version(control: ControlBlock) -> Non
     with pytest.raises(RuntimeError, match="magic"):
         ControlBlock.attach(control.name)
     control.header["magic"] = MAGIC
+
+
+def test_state_changes_are_stamped_and_a_load_clears_the_error_and_counts(control: ControlBlock) -> None:
+    before = time.monotonic_ns()
+    control.set_model_state(0, 1, ModelState.FAILED, "OSError: broken")
+    failed_ns = control.model_state_ns(0, 1)
+    assert before <= failed_ns <= time.monotonic_ns()
+    assert control.model_error(0, 1) == "OSError: broken"
+    control.set_model_state(0, 1, ModelState.LOADING)
+    assert control.model_error(0, 1) == "OSError: broken"  # still the last error while retrying
+    control.set_model_state(0, 1, ModelState.LOADED)
+    control.set_model_state(0, 1, ModelState.UNLOADING)
+    control.set_model_state(0, 1, ModelState.AVAILABLE)
+    control.set_model_state(0, 1, ModelState.LOADED)
+    assert control.model_error(0, 1) == ""
+    assert control.model_state_ns(0, 1) >= failed_ns
+    assert control.model_usage(0, 1).loads == 2
+    assert control.model_usage(1, 1).loads == 0
+
+
+def test_device_memory_is_per_device(control: ControlBlock) -> None:
+    reader = ControlBlock.attach(control.name)
+    assert reader.device_memory(1) == (0, 0)
+    control.set_device_memory(1, 3 << 30, 16 << 30)
+    assert reader.device_memory(1) == (3 << 30, 16 << 30) and reader.device_memory(0) == (0, 0)
+    reader.close()

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sie.shm.layout import (
     LayoutError,
+    Modality,
     Op,
     OutputMask,
     ResultBlock,
@@ -197,3 +198,125 @@ def test_request_round_trip_property(
 ) -> None:
     batch = _batch(items, with_types, with_aux, req_id=req_id)
     _assert_same_batch(decode_request(encode_request(batch)), batch)
+
+
+def _media_batch(kind: str, n_items: int, with_tokens: bool) -> TokenBatch:
+    """A request of images (uint8 or float32 pixels) or audio windows, with or without tokens."""
+    rng = np.random.default_rng(n_items)
+    lengths = rng.integers(1, 6, n_items) if with_tokens else np.zeros(n_items, np.int64)
+    offsets = np.zeros(n_items + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = rng.integers(0, 50000, int(offsets[-1])).astype(np.int32)
+    media: dict[str, Any] = {}
+    if kind == "uint8":
+        media["pixels"] = rng.integers(0, 256, (n_items, 7, 5, 3)).astype(np.uint8)
+    elif kind == "float32":
+        media["pixels"] = rng.random((n_items, 4, 6, 3)).astype(np.float32)
+    else:
+        per_item = rng.integers(0, 900, n_items)
+        media["sample_offsets"] = np.concatenate([[0], np.cumsum(per_item)]).astype(np.int32)
+        media["samples"] = rng.standard_normal(int(per_item.sum())).astype(np.float32)
+        media["temperature"] = 0.25
+    return TokenBatch(
+        req_id=11,
+        op=Op.EXTRACT,
+        model_slot=2,
+        offsets=offsets,
+        input_ids=ids,
+        aux=(ids % 3).astype(np.int32) if with_tokens else None,
+        output_mask=OutputMask.TOKENS | OutputMask.TOKEN_TIMES,
+        **media,
+    )
+
+
+MEDIA = [(kind, n, toks) for kind in ("uint8", "float32", "audio") for n in (1, 3) for toks in (False, True)]
+
+
+@pytest.mark.parametrize(("kind", "n_items", "with_tokens"), MEDIA)
+def test_media_request_round_trip(kind: str, n_items: int, with_tokens: bool) -> None:
+    batch = _media_batch(kind, n_items, with_tokens)
+    buf = encode_request(batch)
+    pixels, samples = batch.pixels, batch.samples
+    h, w = pixels.shape[1:3] if pixels is not None else (0, 0)
+    n_samples = 0 if samples is None else len(samples)
+    assert len(buf) == request_nbytes(n_items, len(batch.input_ids), batch.flags, h, w, n_samples)
+    got = decode_request(buf)
+    _assert_same_batch(got, batch)
+    assert got.modality == batch.modality != Modality.TEXT
+    assert got.temperature == batch.temperature
+    if pixels is None:
+        assert got.pixels is None
+    else:
+        assert got.pixels is not None and got.pixels.dtype == pixels.dtype
+        np.testing.assert_array_equal(got.pixels, pixels)
+    if samples is None:
+        assert got.samples is None and got.sample_offsets is None
+    else:
+        assert got.samples is not None and got.sample_offsets is not None
+        np.testing.assert_array_equal(got.samples, samples)
+        np.testing.assert_array_equal(got.sample_offsets, batch.sample_offsets)
+
+
+@pytest.mark.parametrize("kind", ["uint8", "float32", "audio"])
+def test_truncated_media_request_is_rejected(kind: str) -> None:
+    buf = encode_request(_media_batch(kind, 3, True))
+    for size in (64, len(buf) // 2, len(buf) - 8):
+        with pytest.raises(LayoutError):
+            decode_request(buf[:size])
+
+
+def test_text_requests_carry_no_media() -> None:
+    batch = _batch([[1, 2, 3]], True)
+    got = decode_request(encode_request(batch))
+    assert got.modality == Modality.TEXT
+    assert got.pixels is None and got.samples is None and got.temperature == 0.0
+
+
+def test_pixels_must_match_the_items() -> None:
+    batch = _media_batch("uint8", 3, False)
+    wrong = TokenBatch(**{**_fields(batch), "pixels": batch.pixels[:2] if batch.pixels is not None else None})
+    with pytest.raises(LayoutError):
+        encode_request(wrong)
+
+
+def test_bad_sample_offsets_are_rejected() -> None:
+    buf = encode_request(_media_batch("audio", 3, False))
+    # The header, item offsets int32[4] (16 bytes), no tokens, then the sample offsets: make the first 5.
+    at = 64 + 16
+    assert buf[at : at + 4].view(np.int32)[0] == 0
+    buf[at : at + 4] = np.array([5], np.int32).view(np.uint8)
+    with pytest.raises(LayoutError):
+        decode_request(buf)
+
+
+def _fields(batch: TokenBatch) -> dict[str, Any]:
+    return {name: getattr(batch, name) for name in TokenBatch.__dataclass_fields__}
+
+
+MEDIA_RESULTS = {
+    "tokens": ResultBlock(
+        req_id=4,
+        kind=ResultKind.TOKENS,
+        item_index=np.array([0, 1], np.int32),
+        item_status=np.zeros(2, np.uint8),
+        values=np.array([[50258], [50259], [50359], [440], [50257]], np.float32),
+        row_offsets=np.array([0, 3, 5], np.int32),
+        dim=1,
+    ),
+    "boxes": ResultBlock(
+        req_id=5,
+        kind=ResultKind.BOXES,
+        item_index=np.array([3], np.int32),
+        item_status=np.zeros(1, np.uint8),
+        values=np.arange(24, dtype=np.float32).reshape(4, 6),
+        row_offsets=np.array([0, 4], np.int32),
+        dim=6,
+    ),
+}
+
+
+@pytest.mark.parametrize("block", MEDIA_RESULTS.values(), ids=MEDIA_RESULTS.keys())
+def test_media_result_round_trip(block: ResultBlock) -> None:
+    buf = encode_result(block)
+    assert len(buf) == result_nbytes(block)
+    _assert_same_result(decode_result(buf), block)

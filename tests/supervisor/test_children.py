@@ -36,3 +36,11 @@ def test_a_child_that_ran_long_enough_starts_over() -> None:
     child = Child("frontend", 1, started_s=0.0, rapid_restarts=5)
     assert child.schedule_restart(now=1000.0)
     assert child.rapid_restarts == 0
+
+
+def test_duplicate_device_names_get_their_index_for_display() -> None:
+    from sie.supervisor.run import device_labels
+
+    assert device_labels(["cpu"]) == ["cpu"]
+    assert device_labels(["cpu", "cpu"]) == ["cpu:0", "cpu:1"]
+    assert device_labels(["cuda:0", "cuda:1"]) == ["cuda:0", "cuda:1"]

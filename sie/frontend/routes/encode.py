@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from sie.frontend.body import read_body
 from sie.frontend.muvera import muvera_params
+from sie.frontend.pipeline import lora_index
 from sie.frontend.postprocess import apply_output_dtype
 from sie.frontend.render import (
     Timing,
@@ -20,7 +21,8 @@ from sie.frontend.render import (
     timing_headers,
 )
 from sie.frontend.state import FrontendState
-from sie.frontend.tasks.encode import Embedded, EmbedOptions, embed, supported_outputs
+from sie.frontend.tasks.encode import Embedded, EmbedOptions, supported_outputs
+from sie.frontend.tasks.images import embed_items
 from sie.frontend.tokenize import format_text
 from sie.frontend.wire import (
     EncodeOptions,
@@ -45,7 +47,10 @@ async def encode(request: Request) -> Response:
     options = params.options or EncodeOptions()
     profile = config.profile(options.profile if options.profile in config.profiles else None)
     muvera = muvera_params(options.muvera, profile.adapter_options.runtime.muvera)
-    validate_encode(req, model=name, supported=supported_outputs(config, muvera))
+    validate_encode(req, model=name, supported=supported_outputs(config, muvera), inputs=config.input_kinds())
+    lora = options.lora or options.lora_id  # sie-sdk 0.10.1 sends `lora`; `lora_id` is the older name
+    if lora is not None:
+        lora_index(config, lora)  # an unknown adapter is a 400 before any load or queueing
     templates = profile.adapter_options.runtime
     texts = [
         format_text(
@@ -58,9 +63,10 @@ async def encode(request: Request) -> Response:
         for item in req.items
     ]
     output_types = tuple(dict.fromkeys(output_types_of(req)))
-    embedded = await embed(
+    embedded = await embed_items(  # image items take the image tower (sie.frontend.tasks.images)
         state,
         name,
+        req.items,
         texts,
         EmbedOptions(
             output_types=output_types,
@@ -68,6 +74,7 @@ async def encode(request: Request) -> Response:
             normalize=options.normalize,
             is_query=bool(options.is_query),
             muvera=muvera,
+            lora=lora,
         ),
     )
     post_started = time.perf_counter()

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.frontend.body import read_body
+from sie.frontend.pipeline import lora_option
 from sie.frontend.render import Timing, render_extract, timing_headers
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.extract import Extracted, ExtractJob, check_extraction, extract
@@ -24,12 +25,15 @@ async def extract_route(request: Request) -> Response:
     req = decode_body(body, request.headers.get("content-type"), ExtractRequest)
     params = req.params or ExtractParams()
     check_extraction(config, name, params.labels)
-    validate_items(req.items, model=name)
+    validate_items(req.items, model=name, inputs=config.input_kinds())
     options = params.options or {}
     profile = options.get("profile") if isinstance(options.get("profile"), str) else None
     # Offsets of entities point into the item's own text, so no instruction or template is applied.
     texts = [item.text or "" for item in req.items]
-    job = ExtractJob(texts=texts, labels=params.labels, options=options, profile=profile)
+    lora = lora_option(config, options)
+    job = ExtractJob(
+        texts=texts, labels=params.labels, options=options, profile=profile, items=req.items, lora=lora
+    )
     extracted = await extract(state, name, job)
     as_json = wants_json(request.headers.get("accept"))
     content = render_extract(model=name, items=_items(req.items, extracted), as_json=as_json)
@@ -53,8 +57,8 @@ def _items(items: list[Any], extracted: Extracted) -> list[dict[str, Any]]:
             "entities": extracted.entities[i],
             "relations": [],
             "classifications": extracted.classifications[i],
-            "objects": [],
-            "data": {},
+            "objects": extracted.objects[i] if extracted.objects is not None else [],
+            "data": extracted.data[i] if extracted.data is not None else {},
         }
         for i, item in enumerate(items)
     ]

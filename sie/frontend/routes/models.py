@@ -1,8 +1,9 @@
 """GET /v1/models and /v1/models/{model}: the catalogue and each model's state (JSON always).
 
 Besides SIE's fields each model says where it sits on this server (`device`, `memory_bytes`,
-`last_used` as Unix seconds, `queue_depth`) and which server this is (`instance`, as in the
-X-SIE-Instance header): behind a balancer, that is how to find where a model lives.
+`last_used` as Unix seconds, `queue_depth`, `loads` since the server started) and which server
+this is (`instance`, as in the X-SIE-Instance header): behind a balancer, that is how to find
+where a model lives.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def placement_info(state: FrontendState, slot: int) -> dict[str, Any]:
         "memory_bytes": sum(p.usage.memory_bytes for p in placed),
         "last_used": round(time.time() - age_s, 3) if last_used_ns else None,
         "queue_depth": sum(p.usage.queue_depth for p in placed),
+        "loads": state.devices.loads(slot),  # a count that grows with reloads after eviction
     }
 
 
@@ -43,7 +45,7 @@ def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict
     slot = state.catalog.slot(config.sie_id)
     model_state = state.devices.model_state(slot)
     error = state.devices.model_error(slot) if model_state == ModelState.FAILED else ""
-    inputs = [k for k in ("text", "image", "audio", "video") if getattr(config.inputs, k)]
+    inputs = list(config.input_kinds())
     outputs = config.output_types()
     if config.supports_score():
         outputs.append("score")

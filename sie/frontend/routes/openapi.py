@@ -82,6 +82,8 @@ def build_openapi(version: str) -> bytes:
             "/healthz": {"get": _operation("Liveness", None, ["text/plain"], "health")},
             "/livez": {"get": _operation("Liveness", None, ["text/plain"], "health")},
             "/readyz": {"get": _operation("Readiness", None, ["text/plain"], "health")},
+            "/metrics": {"get": _operation("Prometheus metrics", None, ["text/plain"], "operations")},
+            "/version": {"get": _operation("Versions", None, ["application/json"], "operations")},
         },
         "components": {"schemas": components},
     }

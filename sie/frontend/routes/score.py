@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from sie.errors import InvalidInput
 from sie.frontend.body import read_body
+from sie.frontend.pipeline import lora_option
 from sie.frontend.render import Timing, render_score, timing_headers
 from sie.frontend.scoring import rank
 from sie.frontend.state import FrontendState
@@ -39,7 +40,8 @@ async def score_route(request: Request) -> Response:
         query_template=runtime.query_template,
         doc_template=runtime.doc_template,
     )
-    scored = await score(state, name, query, _texts(req.items), profile=profile)
+    lora = lora_option(config, req.options)
+    scored = await score(state, name, query, _texts(req.items), profile=profile, lora=lora)
     ids = [item.id if item.id is not None else f"item-{i}" for i, item in enumerate(req.items)]
     as_json = wants_json(request.headers.get("accept"))
     content = render_score(
@@ -75,7 +77,14 @@ async def rerank(request: Request) -> Response:
     check_item_count(len(req.documents))
     validate_items([Item(text=req.query)], model=req.model)
     validate_items([Item(text=d) for d in req.documents], model=req.model)
-    scored = await score(state, req.model, req.query, req.documents, profile=_profile_option(req.options))
+    scored = await score(
+        state,
+        req.model,
+        req.query,
+        req.documents,
+        profile=_profile_option(req.options),
+        lora=lora_option(config, req.options),
+    )
     order = sorted(range(len(req.documents)), key=lambda i: -float(scored.scores[i]))[: req.top_n]
     results: list[dict[str, Any]] = []
     for index in order:

@@ -14,7 +14,7 @@ import numpy as np
 
 from sie.frontend.colbert import ColbertTokenization
 from sie.frontend.muvera import MuveraParams, fde
-from sie.frontend.pipeline import admit, config_key, submit, tokenize
+from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import Encoded
@@ -35,6 +35,7 @@ class EmbedOptions:
     normalize: bool | None = None
     is_query: bool = False
     muvera: MuveraParams | None = None  # already validated (see sie.frontend.muvera)
+    lora: str | None = None  # a LoRA adapter from the model's `loras` (checked by the route)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ async def embed(state: FrontendState, name: str, texts: list[str], options: Embe
         encoded,
         op=Op.ENCODE,
         kinds=kinds,
-        key=config_key(options.profile or config.default_profile_name),
+        key=lora_config_key(config, options.profile or config.default_profile_name, options.lora),
         is_query=options.is_query and config.family in _QUERY_AWARE_ON_DEVICE,
         tokenization_ms=tokenization_ms,
     )

@@ -7,20 +7,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sie.errors import InvalidInput
 from sie.frontend.entities import DEFAULT_IGNORE_LABELS, aggregate_simple, id2label_of
 from sie.frontend.gliner import GlinerPrompts, decode
-from sie.frontend.pipeline import Submitted, admit, config_key, submit, tokenize
+from sie.frontend.pipeline import Submitted, admit, lora_config_key, submit, tokenize
 from sie.frontend.state import FrontendState
+from sie.frontend.wire import Item
 from sie.frontend.zero_shot import classify, entailment_index, nli_pairs
 from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
-_NEEDS_LABELS = frozenset({"gliner", "nli_zero_shot"})
+_NEEDS_LABELS = frozenset({"gliner", "nli_zero_shot", "owlv2"})
 DEFAULT_GLINER_THRESHOLD = 0.5
 
 
@@ -30,14 +31,19 @@ class ExtractJob:
     labels: list[str] | None
     options: dict[str, Any]
     profile: str | None = None
+    items: Sequence[Item] = ()  # the request's items, for the families that read images or audio
+    lora: str | None = None  # a LoRA adapter from the model's `loras` (checked by the route)
 
 
 @dataclass(slots=True)
 class Extracted:
-    """Per item: entities and classifications (the other response keys stay empty for text)."""
+    """Per item: entities and classifications; objects (detection) and data (transcripts) when a
+    family fills them, else those response keys stay empty."""
 
     entities: list[list[dict[str, Any]]]
     classifications: list[list[dict[str, Any]]]
+    objects: list[list[dict[str, Any]]] | None = None
+    data: list[dict[str, Any]] | None = None
     input_tokens: int = 0
     tokenization_ms: float = 0.0
     queue_ms: float = 0.0
@@ -150,7 +156,7 @@ async def _submit(
         encoded,
         op=Op.EXTRACT,
         kinds={kind},
-        key=config_key(job.profile or config.default_profile_name),
+        key=lora_config_key(config, job.profile or config.default_profile_name, job.lora),
         tokenization_ms=tokenization_ms,
     )
 
@@ -180,8 +186,22 @@ def _threshold(options: dict[str, Any], configured: float | None, *, default: fl
     return float(value)
 
 
+async def _whisper(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+    from sie.frontend.tasks.transcribe import transcribe  # deferred: it imports this module's types
+
+    return await transcribe(state, name, config, job)
+
+
+async def _owlv2(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+    from sie.frontend.tasks.detect import detect  # deferred: it imports this module's types
+
+    return await detect(state, name, config, job)
+
+
 _FAMILY_RUNNERS: dict[str, Callable[[FrontendState, str, ModelConfig, ExtractJob], Awaitable[Extracted]]] = {
     "token_classification": _token_classification,
     "gliner": _gliner,
     "nli_zero_shot": _nli_zero_shot,
+    "whisper": _whisper,
+    "owlv2": _owlv2,
 }

@@ -13,7 +13,7 @@ import numpy as np
 
 from sie.errors import InvalidInput
 from sie.frontend.colbert import maxsim
-from sie.frontend.pipeline import admit, config_key, submit, tokenize
+from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
 from sie.frontend.scoring import activation_of, item_scores
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.encode import EmbedOptions, embed
@@ -48,18 +48,24 @@ def check_item_count(n_items: int) -> None:
 
 
 async def score(
-    state: FrontendState, name: str, query: str, items: list[str], *, profile: str | None = None
+    state: FrontendState,
+    name: str,
+    query: str,
+    items: list[str],
+    *,
+    profile: str | None = None,
+    lora: str | None = None,
 ) -> Scored:
     _, config = state.model(name)
     check_scoring(config, name)
     check_item_count(len(items))
     if config.family in CROSS_ENCODER_FAMILIES:
-        return await _cross_encode(state, name, query, items, profile)
-    return await _late_interaction(state, name, query, items, profile)
+        return await _cross_encode(state, name, query, items, profile, lora)
+    return await _late_interaction(state, name, query, items, profile, lora)
 
 
 async def _cross_encode(
-    state: FrontendState, name: str, query: str, items: list[str], profile: str | None
+    state: FrontendState, name: str, query: str, items: list[str], profile: str | None, lora: str | None
 ) -> Scored:
     slot, config = admit(state, name, len(items), profile)
     tokenizer = state.tokenizers.get(config)
@@ -72,7 +78,7 @@ async def _cross_encode(
         encoded,
         op=Op.SCORE,
         kinds={ResultKind.SCORES},
-        key=config_key(profile or config.default_profile_name),
+        key=lora_config_key(config, profile or config.default_profile_name, lora),
         tokenization_ms=tokenization_ms,
     )
     configured = config.profile(profile).adapter_options.runtime.activation
@@ -84,9 +90,9 @@ async def _cross_encode(
 
 
 async def _late_interaction(
-    state: FrontendState, name: str, query: str, items: list[str], profile: str | None
+    state: FrontendState, name: str, query: str, items: list[str], profile: str | None, lora: str | None
 ) -> Scored:
-    vectors = EmbedOptions(output_types=("multivector",), profile=profile, normalize=True)
+    vectors = EmbedOptions(output_types=("multivector",), profile=profile, normalize=True, lora=lora)
     query_side = await embed(state, name, [query], replace(vectors, is_query=True))
     item_side = await embed(state, name, items, vectors)
     assert query_side.multivector is not None and item_side.multivector is not None

@@ -33,6 +33,10 @@ class ForwardInputs:
     aux: torch.Tensor | None  # int64 [n, L], 0 on padding (see sie.shm.layout: HAS_AUX)
     lengths: list[int]  # real tokens per item
     is_query: bool  # the request said options.is_query (ColBERT expands queries)
+    # Media batches (built by sie.gpu_proc.media): one image or audio window per item.
+    pixels: torch.Tensor | None = None  # uint8 or float32 [n, H, W, 3] as the frontend resized them
+    samples: list[torch.Tensor] | None = None  # float32 mono windows at the model's rate, on the host
+    temperature: float = 0.0  # sampling temperature of a generation (0: greedy)
 
 
 class Adapter(Protocol):
@@ -72,6 +76,9 @@ FAMILIES: dict[str, str] = {
     "nli_zero_shot": "sie.gpu_proc.adapters.cross_encoder:CrossEncoderAdapter",
     "token_classification": "sie.gpu_proc.adapters.token_classification:TokenClassificationAdapter",
     "gliner": "sie.gpu_proc.adapters.gliner:GlinerAdapter",
+    "clip": "sie.gpu_proc.adapters.clip:ClipAdapter",
+    "owlv2": "sie.gpu_proc.adapters.owlv2:Owlv2Adapter",
+    "whisper": "sie.gpu_proc.adapters.whisper:WhisperAdapter",
 }
 
 

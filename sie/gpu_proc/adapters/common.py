@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from sie.gpu_proc import attention
 from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
@@ -27,23 +28,27 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 
 def compute_dtype(device: torch.device, precision: str | None) -> torch.dtype:
-    # float16/bfloat16 matmuls on CPU are slower than float32 (or missing), so CPU ignores the profile.
+    # float16 matmuls on CPU are slow or missing, so CPU runs float32 unless bfloat16 is asked for
+    # (a profile's compute_precision, or SIE_DEFAULT_COMPUTE_PRECISION), which CPUs do support.
     if device.type == "cpu":
-        return torch.float32
+        return torch.bfloat16 if precision == "bfloat16" else torch.float32
     return _DTYPES[precision or "float16"]
 
 
 def from_pretrained(auto_class: Any, weights_dir: Path, dtype: torch.dtype, **kwargs: Any) -> PreTrainedModel:
-    """`auto_class.from_pretrained` from a local folder with SDPA attention where the model has it."""
+    """`auto_class.from_pretrained` from a local folder with the configured attention backend
+    (SIE_ATTENTION_BACKEND, sie.gpu_proc.attention), or the next one down where the model lacks it."""
     model: PreTrainedModel
-    try:
-        model = auto_class.from_pretrained(
-            weights_dir, local_files_only=True, dtype=dtype, attn_implementation="sdpa", **kwargs
-        )
-    except (ValueError, ImportError) as exc:
-        # Some architectures (MPNet) have no SDPA path; their default attention is still correct.
-        logger.info("no sdpa attention for %s, using the default: %s", weights_dir, exc)
-        model = auto_class.from_pretrained(weights_dir, local_files_only=True, dtype=dtype, **kwargs)
+    for implementation in attention.candidates(dtype, torch.cuda.is_available())[:-1]:
+        try:
+            model = auto_class.from_pretrained(
+                weights_dir, local_files_only=True, dtype=dtype, attn_implementation=implementation, **kwargs
+            )
+            return model
+        except (ValueError, ImportError) as exc:
+            # Some architectures (MPNet) have no SDPA path; their default attention is still correct.
+            logger.info("no %s attention for %s: %s", implementation, weights_dir, exc)
+    model = auto_class.from_pretrained(weights_dir, local_files_only=True, dtype=dtype, **kwargs)
     return model
 
 
@@ -59,8 +64,14 @@ def tensor_bytes(*modules: torch.nn.Module) -> int:
 
 
 def release(device: torch.device) -> None:
-    """Free dropped weights now, not at the next collection, so the memory is reusable."""
-    gc.collect()
+    """Free dropped weights now, so the memory is reusable.
+
+    Reference counting frees a dropped model's tensors; a young-generation collection catches the
+    cycles the last batches made. A full collection would hold the GIL for ~0.4 s on a device
+    process (measured with transformers loaded, finding nothing to free): the loop and the forward
+    of every other model would stall at each eviction.
+    """
+    gc.collect(1)
     if device.type == "cuda":
         torch.cuda.empty_cache()
 

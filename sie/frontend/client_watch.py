@@ -1,0 +1,116 @@
+"""Watching the client while a request runs: one that left, or one that stopped sending.
+
+- Gone: once the body is in, a watcher waits for `http.disconnect`. If it comes before the
+  response starts, the handler is cancelled: the device client then withdraws the request's
+  queued items (they are dropped before a batch forms, never computed) and nothing is rendered.
+- Stalled: while the server drains, a body that has not grown for `STALL_S` ends the request with
+  503 SHUTTING_DOWN (the connection closes with it), so a client that stopped sending cannot hold
+  SIGTERM for the whole graceful timeout. Outside a drain a slow upload is left alone.
+- Unread: a request answered before its body was read (413 from Content-Length, 401, 404) has the
+  rest of its body taken and dropped in the background until the connection closes. hypercorn
+  queues body chunks for the app in a bounded queue; with nobody reading it, the connection's
+  reader blocked on it forever and held SIGTERM for the whole graceful timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sie.errors import ShuttingDown
+from sie.frontend.observe import current
+
+STALL_S = 1.0
+_SLICE_S = 0.25  # how often a waiting read looks at the drain flag
+
+
+class ClientWatch:
+    def __init__(self, app: ASGIApp, is_draining: Callable[[], bool]) -> None:
+        self.app = app
+        self.is_draining = is_draining
+        self._drains: set[asyncio.Task[None]] = set()  # held here so they are not collected
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        watch = _Watch(receive, send, self.is_draining)
+        try:
+            await self.app(scope, watch.receive, watch.send)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not watch.client_left or task is None or task.uncancel() > 0:
+                raise  # a cancellation of our own caller: let it through
+            if (record := current()) is not None:
+                record.disconnected = True
+        finally:
+            watch.stop()
+            if not watch.body_ended:
+                drain = asyncio.ensure_future(_discard_body(receive))
+                self._drains.add(drain)
+                drain.add_done_callback(self._drains.discard)
+
+
+async def _discard_body(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+
+
+class _Watch:
+    def __init__(self, receive: Receive, send: Send, is_draining: Callable[[], bool]) -> None:
+        self._receive = receive
+        self._send = send
+        self._is_draining = is_draining
+        self._task = asyncio.current_task()
+        self._watcher: asyncio.Task[Message] | None = None
+        self.response_started = False
+        self.client_left = False
+        self.body_ended = False  # the last body chunk, or a disconnect, has been received
+
+    async def receive(self) -> Message:
+        if self._watcher is not None:  # the body is in: whatever comes next is the watcher's
+            return await asyncio.shield(self._watcher)
+        message = await self._next_body_message()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.body_ended = True
+            self._watcher = asyncio.ensure_future(self._watch_disconnect())
+            if message["type"] == "http.disconnect":
+                self._watcher.cancel()
+                self._watcher = None
+        return message
+
+    async def _next_body_message(self) -> Message:
+        pending = asyncio.ensure_future(self._receive())
+        silent_s = 0.0
+        try:
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=_SLICE_S)
+                if done:
+                    return pending.result()
+                silent_s += _SLICE_S
+                if silent_s >= STALL_S and self._is_draining():
+                    raise ShuttingDown("Server is shutting down and the request body stopped arriving")
+        finally:
+            if not pending.done():
+                pending.cancel()
+
+    async def _watch_disconnect(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" and not self.response_started:
+            self.client_left = True
+            if self._task is not None:
+                self._task.cancel()
+        return message
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.response_started = True
+        await self._send(message)
+
+    def stop(self) -> None:
+        if self._watcher is not None and not self._watcher.done():
+            self._watcher.cancel()
