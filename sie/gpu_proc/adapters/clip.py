@@ -16,9 +16,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
-    compute_dtype,
-    from_pretrained,
-    place,
+    load_model,
     release,
     rows_output,
     tensor_bytes,
@@ -72,10 +70,7 @@ class ClipAdapter:
     ) -> ClipAdapter:
         from transformers import AutoModel  # deferred: importing transformers costs a second or more
 
-        torch_device = torch.device(device)
-        dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        model = from_pretrained(AutoModel, weights_dir, dtype)
-        place(model, torch_device)
+        model = load_model(AutoModel, config, weights_dir, device, profile)
         return cls(model, image_spec(weights_dir, "clip"), name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from sie.gpu_proc.adapters.base import ForwardInputs
+    from sie.model_config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -124,3 +125,15 @@ class BaseEncoder:
             output = self._base(input_ids=inputs.input_ids, attention_mask=mask, **extra)
             hidden: torch.Tensor = output.last_hidden_state
             return hidden
+
+
+def load_model(
+    auto_class: Any, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
+) -> PreTrainedModel:
+    """A model class's weights from the local folder, in the profile's precision, on `device`, eval."""
+    torch_device = torch.device(device)
+    model = from_pretrained(
+        auto_class, weights_dir, compute_dtype(torch_device, config.profile(profile).compute_precision)
+    )
+    place(model, torch_device)
+    return model

@@ -18,7 +18,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
-from sie.gpu_proc.adapters.common import compute_dtype, from_pretrained, place, release, tensor_bytes
+from sie.gpu_proc.adapters.common import load_model, release, tensor_bytes
 from sie.gpu_proc.outputs import Output, ragged
 from sie.media_config import ImageSpec, image_spec
 from sie.shm.layout import ResultKind
@@ -51,10 +51,7 @@ class Owlv2Adapter:
     ) -> Owlv2Adapter:
         from transformers import Owlv2ForObjectDetection
 
-        torch_device = torch.device(device)
-        dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        model = from_pretrained(Owlv2ForObjectDetection, weights_dir, dtype)
-        place(model, torch_device)
+        model = load_model(Owlv2ForObjectDetection, config, weights_dir, device, profile)
         return cls(model, image_spec(weights_dir, "owlv2"), name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:

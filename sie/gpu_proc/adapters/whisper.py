@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.common import compute_dtype, from_pretrained, place, release, tensor_bytes
+from sie.gpu_proc.adapters.common import load_model, release, tensor_bytes
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -54,10 +54,7 @@ class WhisperAdapter:
     ) -> WhisperAdapter:
         from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
-        torch_device = torch.device(device)
-        dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        model = from_pretrained(WhisperForConditionalGeneration, weights_dir, dtype)
-        place(model, torch_device)
+        model = load_model(WhisperForConditionalGeneration, config, weights_dir, device, profile)
         features = WhisperFeatureExtractor.from_pretrained(weights_dir, local_files_only=True)
         return cls(model, features, name=config.sie_id)
 
