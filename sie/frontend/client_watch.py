@@ -6,10 +6,11 @@
 - Stalled: while the server drains, a body that has not grown for `STALL_S` ends the request with
   503 SHUTTING_DOWN (the connection closes with it), so a client that stopped sending cannot hold
   SIGTERM for the whole graceful timeout. Outside a drain a slow upload is left alone.
-- Unread: a request answered before its body was read (413 from Content-Length, 401, 404) has the
-  rest of its body taken and dropped in the background until the connection closes. hypercorn
-  queues body chunks for the app in a bounded queue; with nobody reading it, the connection's
-  reader blocked on it forever and held SIGTERM for the whole graceful timeout.
+- Unread: a request answered before its body was read (413, 401, 404) has the rest of its body
+  taken and dropped in the background from the moment its answer starts. hypercorn queues body
+  chunks for the app in a bounded queue and, once the answer is sent, queues a disconnect there
+  too, inside the app's own last `send`; with the queue full and nobody reading it, that send never
+  returned, and the connection held SIGTERM for the whole graceful timeout.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ class ClientWatch:
                 record.disconnected = True
         finally:
             watch.stop()
-            if not watch.body_ended:
-                drain = asyncio.ensure_future(_discard_body(receive))
-                self._drains.add(drain)
-                drain.add_done_callback(self._drains.discard)
+            if not watch.body_ended and watch.drain is None:  # no answer went out (an exception)
+                watch.drain = asyncio.ensure_future(_discard_body(receive))
+            if watch.drain is not None and not watch.drain.done():
+                self._drains.add(watch.drain)
+                watch.drain.add_done_callback(self._drains.discard)
 
 
 async def _discard_body(receive: Receive) -> None:
@@ -70,6 +72,7 @@ class _Watch:
         self.response_started = False
         self.client_left = False
         self.body_ended = False  # the last body chunk, or a disconnect, has been received
+        self.drain: asyncio.Task[None] | None = None  # takes an unread body once the answer starts
 
     async def receive(self) -> Message:
         if self._watcher is not None:  # the body is in: whatever comes next is the watcher's
@@ -109,6 +112,8 @@ class _Watch:
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.response_started = True
+            if not self.body_ended and self._watcher is None:
+                self.drain = asyncio.ensure_future(_discard_body(self._receive))
         await self._send(message)
 
     def stop(self) -> None:

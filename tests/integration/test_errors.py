@@ -341,11 +341,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Path
         str(BODY_LIMIT),
         "--max-concurrent-requests",
         str(MAX_CONCURRENT),
-        # Known bug (issue 9, open): a connection answered 413 before its body was read holds the
-        # frontend's drain until this timeout. Shorter than the 30 s default so the stop check
-        # (prompt, clean /dev/shm) still runs here; remove once drain drops such connections.
-        "--graceful-timeout-s",
-        "5",
         frontends=1,
     ).wait_ready()
     yield server, roberta

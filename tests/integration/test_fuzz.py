@@ -84,7 +84,12 @@ def check_response(path: str, response: Any) -> None:
     else:
         assert set(body) == {"detail"} and set(body["detail"]) == {"code", "message"}, (path, body)
     if status == 503:
-        assert body["detail"]["code"] in {"MODEL_LOADING", "QUEUE_FULL", "DEVICE_UNAVAILABLE"}, body
+        assert body["detail"]["code"] in {
+            "MODEL_LOADING",
+            "LORA_LOADING",
+            "QUEUE_FULL",
+            "DEVICE_UNAVAILABLE",
+        }, body
         assert header(response, "retry-after"), body
 
 

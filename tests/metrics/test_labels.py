@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sie.metrics.labels import (
+    CODES,
     LATENCY_BUCKETS_S,
     ROUTES,
     STATUSES,
@@ -49,3 +50,14 @@ def test_bucket_is_prometheus_le() -> None:
     assert bucket(LATENCY_BUCKETS_S, 0.001) == 0  # le="0.001" includes 0.001
     assert bucket(LATENCY_BUCKETS_S, 0.0011) == 1
     assert bucket(LATENCY_BUCKETS_S, 1e9) == len(LATENCY_BUCKETS_S)  # the +Inf bucket
+
+
+def test_every_error_code_has_its_own_label() -> None:
+    import sie.errors
+
+    codes = {
+        cls.code
+        for cls in vars(sie.errors).values()
+        if isinstance(cls, type) and issubclass(cls, sie.errors.SieError)
+    }
+    assert codes - {"UNAUTHORIZED"} <= set(CODES) - {"OTHER"}, codes - set(CODES)
