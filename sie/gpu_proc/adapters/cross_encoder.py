@@ -18,9 +18,7 @@ import torch
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
-    compute_dtype,
-    from_pretrained,
-    place,
+    load_model,
     release,
     rows_output,
     takes_token_types,
@@ -59,11 +57,7 @@ class CrossEncoderAdapter:
     ) -> CrossEncoderAdapter:
         from transformers import AutoModelForSequenceClassification  # deferred: slow import
 
-        chosen = config.profile(profile)
-        torch_device = torch.device(device)
-        dtype = compute_dtype(torch_device, chosen.compute_precision)
-        model = from_pretrained(AutoModelForSequenceClassification, weights_dir, dtype)
-        place(model, torch_device)
+        model = load_model(AutoModelForSequenceClassification, config, weights_dir, device, profile)
         return cls(model, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:

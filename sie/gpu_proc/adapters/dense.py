@@ -14,9 +14,7 @@ import torch
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
-    compute_dtype,
-    from_pretrained,
-    place,
+    load_model,
     release,
     rows_output,
     tensor_bytes,
@@ -52,11 +50,9 @@ class DenseAdapter:
     ) -> DenseAdapter:
         from transformers import AutoModel  # deferred: importing transformers costs a second or more
 
-        chosen = config.profile(profile)
-        torch_device = torch.device(device)
-        model = from_pretrained(AutoModel, weights_dir, compute_dtype(torch_device, chosen.compute_precision))
-        place(model, torch_device)
-        return cls(model, name=config.sie_id, pooling=chosen.adapter_options.runtime.pooling)
+        model = load_model(AutoModel, config, weights_dir, device, profile)
+        pooling = config.profile(profile).adapter_options.runtime.pooling
+        return cls(model, name=config.sie_id, pooling=pooling)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         """Pooled float32 [n, dim], not normalized (the frontend normalizes)."""

@@ -15,9 +15,7 @@ import torch
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
-    compute_dtype,
-    from_pretrained,
-    place,
+    load_model,
     release,
     takes_token_types,
     tensor_bytes,
@@ -56,11 +54,7 @@ class SpladeAdapter:
     ) -> SpladeAdapter:
         from transformers import AutoModelForMaskedLM  # deferred: importing transformers is slow
 
-        chosen = config.profile(profile)
-        torch_device = torch.device(device)
-        dtype = compute_dtype(torch_device, chosen.compute_precision)
-        model = from_pretrained(AutoModelForMaskedLM, weights_dir, dtype)
-        place(model, torch_device)
+        model = load_model(AutoModelForMaskedLM, config, weights_dir, device, profile)
         return cls(model, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
