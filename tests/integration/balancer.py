@@ -138,7 +138,7 @@ class Call:
     model: str
     started_s: float
     attempts: list[tuple[float, int, str, str]] = field(default_factory=list)  # (at, status, instance, code)
-    error: str = ""  # a transport error the balancer let through: always a failure
+    error: str = ""  # a transport error the balancer let through
 
     @property
     def status(self) -> int:
@@ -147,6 +147,14 @@ class Call:
     @property
     def instance(self) -> str:
         return self.attempts[-1][2] if self.attempts else ""
+
+    @property
+    def cut(self) -> bool:
+        """The answer's headers arrived and its body never did: its server died between the two.
+
+        No balancer can retry these (the response had begun), so only a kill may cause them.
+        """
+        return "without sending complete message body" in self.error
 
     @property
     def ended_s(self) -> float:

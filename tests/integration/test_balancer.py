@@ -159,39 +159,45 @@ def test_each_model_sticks_to_one_instance(cluster: Cluster) -> None:
 def test_sigkill_one_instance_under_load(cluster: Cluster) -> None:
     victim, survivor = cluster.servers["gpu-a"], cluster.servers["gpu-b"]
     moved = cluster.models_on("gpu-a")
-    with Load(cluster.lb.url, MODELS) as load:
-        load.wait_for(lambda calls: len(calls) >= 20, 30, "load is flowing")
-        os.killpg(victim.process.pid, signal.SIGKILL)  # the supervisor and its children, at once
-        killed_s = time.monotonic()
-        victim.process.wait(30)  # reap it first: stop() checks a clean /dev/shm only after a live stop
-        victim.stop()  # closes its log
-        down_s = cluster.lb.wait_state("gpu-a", "DOWN", 10)
+    try:
+        with Load(cluster.lb.url, MODELS) as load:
+            load.wait_for(lambda calls: len(calls) >= 20, 30, "load is flowing")
+            os.killpg(victim.process.pid, signal.SIGKILL)  # the supervisor and its children, at once
+            killed_s = time.monotonic()
+            victim.process.wait(30)  # reap it first: stop() checks a clean /dev/shm only after a live stop
+            victim.stop()  # closes its log
+            down_s = cluster.lb.wait_state("gpu-a", "DOWN", 10)
 
-        def moved_models_served(calls: list[Call]) -> bool:
-            after = [c for c in calls if c.started_s > killed_s]
-            return set(moved) <= {c.model for c in after if c.instance == cluster.instance("gpu-b")}
+            def moved_models_served(calls: list[Call]) -> bool:
+                after = [c for c in calls if c.started_s > killed_s]
+                return set(moved) <= {c.model for c in after if c.instance == cluster.instance("gpu-b")}
 
-        load.wait_for(moved_models_served, 30, "the killed server's models served by the other")
-        time.sleep(1.0)
+            load.wait_for(moved_models_served, 30, "the killed server's models served by the other")
+            time.sleep(1.0)
+    finally:  # the tests after this one need gpu-a back, whatever this one finds
+        old_pid = victim.process.pid
+        cap = ("--max-concurrent-requests", str(QUEUE_CAP))
+        restarted = start(cluster.models_dir, *cap, instance=victim.instance, port=victim.port)
+        cluster.servers["gpu-a"] = restarted.wait_ready()
+    assert [n for n in shm_names(victim.instance) if f".{old_pid}." in n] == []  # swept at start
+    assert survivor.process.poll() is None
+
     calls = load.calls
-    assert [c for c in calls if c.error] == [], "the balancer let a transport error through"
-    assert failures(calls) == [], [(c.model, c.attempts) for c in failures(calls)]
+    # A kill between an answer's header and body writes cuts that answer; nothing else may fail.
+    cut = [c for c in calls if c.cut and c.started_s < killed_s]
+    assert [c for c in calls if c.error and c not in cut] == [], "the balancer let a transport error through"
+    assert len(cut) <= 1, cut
+    failed = [c for c in failures(calls) if c not in cut]
+    assert failed == [], [(c.model, c.attempts) for c in failed]
     after = [c for c in calls if c.started_s > down_s]
     assert {c.instance for c in after} == {cluster.instance("gpu-b")}
     assert cluster.loaded("gpu-b") == set(MODELS)
     slowest = max(c.ended_s - c.started_s for c in calls)
     print(
-        f"\nkill: {len(calls)} calls, 0 failures; out of rotation {down_s - killed_s:.2f} s after "
-        f"SIGKILL; slowest call {slowest:.2f} s"
+        f"\nkill: {len(calls)} calls, {len(cut)} cut mid-answer, 0 other failures; out of rotation "
+        f"{down_s - killed_s:.2f} s after SIGKILL; slowest call {slowest:.2f} s"
     )
     assert slowest < 5 + 8  # one Retry-After of a cold load, the load itself, and slack
-
-    old_pid = victim.process.pid
-    cap = ("--max-concurrent-requests", str(QUEUE_CAP))
-    restarted = start(cluster.models_dir, *cap, instance=victim.instance, port=victim.port)
-    cluster.servers["gpu-a"] = restarted.wait_ready()
-    assert [n for n in shm_names(victim.instance) if f".{old_pid}." in n] == []  # swept at start
-    assert survivor.process.poll() is None
 
 
 def test_restarted_instance_gets_its_models_back(cluster: Cluster) -> None:
