@@ -186,8 +186,11 @@ def measure_sie(bodies: list[bytes], models_dir: Path, args: argparse.Namespace)
         script = wrk_script(Path(tempfile.mkdtemp()) / "sie.lua", bodies, f"/v1/encode/{MINILM}")
         run_wrk(url, script, 3, args.connections)  # warm-up: tokenizer caches, allocator, JIT-less paths
         roles = server_pids(process.pid)
+        profilers = start_profiles(roles, args.profile, args.duration_s) if args.profile else []
         before = {pid: cpu_seconds(pid) for pid in roles}
         result = run_wrk(url, script, args.duration_s, args.connections)
+        for profiler in profilers:
+            profiler.wait(30)
         spent: dict[str, float] = {}
         for pid, role in roles.items():
             spent[role] = spent.get(role, 0.0) + cpu_seconds(pid) - before[pid]
@@ -201,6 +204,22 @@ def measure_sie(bodies: list[bytes], models_dir: Path, args: argparse.Namespace)
         stop_server(process)
 
 
+def start_profiles(roles: dict[int, str], out: Path, seconds: float) -> list[subprocess.Popen[bytes]]:
+    """py-spy on every server process for the measured run, as collapsed stacks (one file each)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [spy, "record", "--format", "raw", "--rate", "200", "--duration", str(int(seconds)), "--nonblocking"]
+    return [
+        subprocess.Popen(
+            [*argv, "--pid", str(pid), "--output", str(out / f"{role}-{pid}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid, role in roles.items()
+        if role in ("device", "frontend")
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -210,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frontends", type=int, default=2)
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for sie serve")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare HTTP stack")
+    parser.add_argument("--profile", type=Path, help="write py-spy collapsed stacks of each process here")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")

@@ -104,7 +104,8 @@ HELP: dict[str, str] = {
     "ring_slots": "slots per shared-memory ring",
     "request_ring_bytes": "arena bytes per request ring (one per frontend and device)",
     "response_ring_bytes": "arena bytes per response ring",
-    "torch_threads": "torch intra-op threads on a CPU device (default: available cores)",
+    "torch_threads": "torch intra-op threads on a CPU device, fixed (default: per batch, one for a "
+    "light batch, else every core)",
     "event_loop": "frontend event loop: uvloop (auto: when installed) or asyncio",
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",

@@ -18,6 +18,7 @@ from sie.gpu_proc.loop import DeviceLoop
 from sie.gpu_proc.memory import probe_for
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
+from sie.gpu_proc.threads import ThreadPolicy
 from sie.logs import configure_logging
 from sie.model_config import Catalog
 from sie.settings import Settings, available_cores
@@ -33,8 +34,7 @@ log = logging.getLogger(__name__)
 def main(settings: Settings, spec: DeviceSpec) -> int:
     configure_logging(settings.log_level, settings.log_format, f"device{spec.index}")
     transformers_logging.disable_progress_bar()  # a progress bar per load is noise in service logs
-    if spec.device == "cpu":
-        torch.set_num_threads(settings.torch_threads or available_cores())
+    threads = ThreadPolicy(available_cores(), settings.torch_threads) if spec.device == "cpu" else None
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
     configure_attention(settings.attention_backend)
@@ -51,7 +51,10 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
     )
     registry, memory = keep_models(settings, spec, catalog, control, doorbell, batcher)
     inference = InferenceThread(
-        Runner(torch.device(spec.device)), registry, wake=doorbell.ring, evict_other=memory.evict_for_oom
+        Runner(torch.device(spec.device), threads),
+        registry,
+        wake=doorbell.ring,
+        evict_other=memory.evict_for_oom,
     )
     loop = DeviceLoop(
         device_index=spec.index,

@@ -10,6 +10,7 @@ import torch
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.media import is_media, run_media
 from sie.gpu_proc.outputs import Output
+from sie.gpu_proc.threads import ThreadPolicy
 from sie.shm.layout import ResultKind, kinds_of
 
 if TYPE_CHECKING:
@@ -27,8 +28,9 @@ MIN_CHUNK_TOKENS = {"cpu": 256, "cuda": 16384}
 
 
 class Runner:
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, threads: ThreadPolicy | None = None) -> None:
         self.device = device
+        self._threads = threads  # CPU only: intra-op threads chosen per batch
         # On CUDA, pinned (page-locked) staging makes the host->device copies truly asynchronous, so
         # the copies and the forward pass queue up on the stream without blocking this thread.
         self._is_cuda = device.type == "cuda"
@@ -36,6 +38,13 @@ class Runner:
 
     def run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
         """Every kind the batch asked for; row i of each belongs to batch.items[i]."""
+        if self._threads is not None:
+            media = is_media(batch)
+            work = len(batch.items) if media else sum(len(item.input_ids) for item in batch.items)
+            self._threads.choose(adapter, work, media)
+        return self._run(adapter, batch)
+
+    def _run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
         if is_media(batch):  # images or audio windows: one forward, see sie.gpu_proc.media
             return run_media(adapter, batch, self._to_device)
         wanted = frozenset(kinds_of(batch.output_mask)) & adapter.kinds

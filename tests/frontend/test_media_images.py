@@ -59,10 +59,13 @@ def specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Imag
 
 
 def device_normalize(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
-    """What the device does with received pixels (sie.gpu_proc.adapters.clip.PixelNormalizer)."""
-    values = pixels.astype(np.float32).transpose(2, 0, 1) * np.float32(spec.device_scale)
-    mean = np.asarray(spec.mean, np.float32)[:, None, None]
-    return (values - mean) / np.asarray(spec.std, np.float32)[:, None, None]
+    """What the device does with received pixels."""
+    import torch
+
+    from sie.gpu_proc.adapters.clip import PixelNormalizer
+
+    normalize = PixelNormalizer(spec, torch.device("cpu"))
+    return normalize(torch.from_numpy(pixels.copy())[None], torch.float32)[0].numpy()
 
 
 def ours(data: bytes, spec: ImageSpec) -> np.ndarray:

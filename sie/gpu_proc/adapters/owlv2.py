@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.clip import PixelNormalizer
+from sie.gpu_proc.adapters.clip import PixelNormalizer, image_flops
 from sie.gpu_proc.adapters.common import load_model, release, tensor_bytes
 from sie.gpu_proc.outputs import Output, ragged
 from sie.media_config import ImageSpec, image_spec
@@ -44,6 +44,7 @@ class Owlv2Adapter:
         self._model: PreTrainedModel | None = model
         self._normalizer = PixelNormalizer(spec, self.device)
         self._memory_bytes = tensor_bytes(model)
+        self.media_flops_per_item = image_flops(model.config.vision_config, model)
 
     @classmethod
     def load(

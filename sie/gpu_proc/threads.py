@@ -1,0 +1,94 @@
+"""How many intra-op threads a CPU forward pass gets: every core only when the batch is worth it.
+
+On a CPU box the forward shares the cores with the frontends. Splitting a short forward over two
+OpenMP threads saves little wall time, and the threads then spin waiting for the next parallel
+region, taking a core the frontends need. Measured on the 2-core VM:
+- a tiny 1-layer BERT (hidden 32) under wrk: 1,239 requests/s with one thread against 524 with
+  two (the device process spent 272 against 1,464 us of CPU per item);
+- a small CLIP (2 layers, hidden 64, 224 px), 8 clients of 4 JPEGs: 196 images/s against 152;
+- MiniLM-L6: two threads halve a 32-token forward (20.9 -> 12.5 ms), and 32 clients get
+  160 items/s against 92 with one thread.
+
+So each batch's work decides, in FLOPs of its linear layers: 2 x weights x tokens for text, and
+the adapter's own `media_flops_per_item` x items for images and audio (an adapter without one
+counts as heavy). At PARALLEL_MIN_FLOPS or more, about 5 ms of one core here (MiniLM passes it
+with one short text; the tiny models above never do), the batch gets every core; below it, one
+thread. Timing each forward instead was tried and rejected: under contention the spinning
+threads slow the forward they are part of, so a measured rule talks itself into staying parallel.
+An operator's `--torch-threads` is taken as given and never changed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from sie.gpu_proc.adapters.base import Adapter
+
+PARALLEL_MIN_FLOPS = 200e6
+HEAVY = float("inf")
+
+
+class ThreadPolicy:
+    def __init__(self, most: int, fixed: int | None = None) -> None:
+        self._most = max(1, most)
+        self._fixed = fixed
+        self._current = torch.get_num_threads()
+        self._token_flops: weakref.WeakKeyDictionary[Adapter, float] = weakref.WeakKeyDictionary()
+        self._set(fixed or self._most)
+
+    def choose(self, adapter: Adapter, work: int, is_media: bool) -> int:
+        """Set and return the threads for one forward of `work` tokens (media: items)."""
+        if self._fixed is not None:
+            return self._fixed
+        per_unit = getattr(adapter, "media_flops_per_item", HEAVY) if is_media else self._per_token(adapter)
+        threads = 1 if per_unit * work < PARALLEL_MIN_FLOPS else self._most
+        self._set(threads)
+        return threads
+
+    def _per_token(self, adapter: Adapter) -> float:
+        try:
+            cached = self._token_flops.get(adapter)
+        except TypeError:  # not weak-referenceable: counted for every batch
+            return 2.0 * linear_weights(adapter)
+        if cached is None:
+            cached = self._token_flops[adapter] = 2.0 * linear_weights(adapter)
+        return cached
+
+    def _set(self, threads: int) -> None:
+        if threads != self._current:
+            torch.set_num_threads(threads)
+            self._current = threads
+
+
+def linear_weights(holder: object) -> float:
+    """Weights of every Linear layer `holder` keeps, directly or one object down (embedding tables
+    cost no FLOPs per token). Holding no torch modules at all (an ONNX session) counts as HEAVY."""
+    modules = _modules_in(holder, depth=2)
+    if not modules:
+        return HEAVY
+    return float(sum(m.weight.numel() for m in _unique_linear(modules)))
+
+
+def linear_weights_of(*modules: torch.nn.Module) -> int:
+    return sum(m.weight.numel() for m in _unique_linear(list(modules)))
+
+
+def _unique_linear(modules: list[torch.nn.Module]) -> list[torch.nn.Linear]:
+    found: dict[int, torch.nn.Linear] = {}
+    for module in modules:
+        found.update({id(m): m for m in module.modules() if isinstance(m, torch.nn.Linear)})
+    return list(found.values())
+
+
+def _modules_in(holder: object, depth: int) -> list[torch.nn.Module]:
+    found: list[torch.nn.Module] = []
+    for value in getattr(holder, "__dict__", {}).values():
+        if isinstance(value, torch.nn.Module):
+            found.append(value)
+        elif depth > 1 and hasattr(value, "__dict__") and not isinstance(value, type):
+            found += _modules_in(value, depth - 1)
+    return found
