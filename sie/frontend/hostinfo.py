@@ -8,6 +8,7 @@ is the host's (`psutil`). Nothing here touches CUDA or torch.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import psutil
@@ -33,30 +34,33 @@ def host_memory() -> Memory:
     return Memory(int(vm.total - vm.available), int(vm.total))
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def process_usage(pid: int) -> ProcessUsage | None:
+    """Memory and CPU time of one process, from two /proc reads (psutil's Process costs several
+    more per scrape: it parses the stat file again to learn the start time)."""
     if pid <= 0:
         return None
     try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            times = process.cpu_times()
-            rss = int(process.memory_info().rss)
-        return ProcessUsage(rss, _anonymous_bytes(pid, rss), float(times.user + times.system))
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+        with open(f"/proc/{pid}/status", "rb") as status_file:
+            status = status_file.read()
+    except OSError:  # gone, or not ours to read
         return None
-
-
-def _anonymous_bytes(pid: int, rss: int) -> int:
-    """RssAnon from /proc: RSS also counts the rings' shared pages, which every process touches
-    as the rings wrap (up to their fixed size), so RSS alone looks like a slow leak for a while."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return rss
+    # Fields after the command name, which may itself hold spaces and parentheses.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+    kib: dict[bytes, int] = {}
+    for line in status.splitlines():
+        if line.startswith((b"VmRSS:", b"RssAnon:")):
+            name, value = line.split(b":", 1)
+            kib[name] = int(value.split()[0])
+    if b"VmRSS" not in kib:  # a zombie has no memory lines
+        return None
+    rss = kib[b"VmRSS"] * 1024
+    return ProcessUsage(rss, kib.get(b"RssAnon", kib[b"VmRSS"]) * 1024, cpu_s)
 
 
 class Nvml:

@@ -10,6 +10,7 @@ from prometheus_client.exposition import choose_encoder
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sie.metrics import text_format
 from sie.version import SIE_PROTOCOL_VERSION, __version__
 
 
@@ -17,9 +18,15 @@ async def metrics(request: Request) -> Response:
     registry: CollectorRegistry = request.app.state.metrics_registry
     # Prometheus' classic text format, or OpenMetrics when the scraper asks for it in Accept.
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+    if content_type.startswith("text/plain"):
+        encoder, content_type = _text, text_format.CONTENT_TYPE
     # Off the event loop: a scrape reads NVML and /proc, which must not stall requests meanwhile.
     body = await asyncio.to_thread(encoder, registry)
     return Response(body, headers={"content-type": content_type})
+
+
+def _text(registry: CollectorRegistry) -> bytes:
+    return text_format.render(registry.collect())
 
 
 async def version(request: Request) -> Response:
