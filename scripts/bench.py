@@ -4,6 +4,7 @@
                             [--task encode|score] [--output dense|sparse] [--models-dir DIR]
                             [--words 10 40] [--requests N | --duration-s S] [--format msgpack|json]
                             [--warmup 200] [--model ID] [--client raw|httpx] [--server-arg=--flag=value]
+                            [--scrape-every-s S]
 
 Without `--url` the script starts `python -m sie serve` itself (free port, unique instance) and
 stops it at the end. The raw-model part runs while no server is running (before it starts), so
@@ -106,6 +107,7 @@ class Stats:
     items: list[int] = field(default_factory=list)
     server_ms: dict[bytes, list[float]] = field(default_factory=lambda: {h: [] for h in HEADERS_OF_INTEREST})
     errors: dict[str, int] = field(default_factory=dict)
+    scrapes: int = 0  # GET /metrics answered during the run (--scrape-every-s)
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -121,6 +123,7 @@ class Stats:
                 h: [v[i] for i in keep] for h, v in self.server_ms.items() if len(v) == len(self.done_s)
             },
             errors=self.errors,
+            scrapes=self.scrapes,
         )
 
 
@@ -230,6 +233,9 @@ async def run_load(url: str, args: argparse.Namespace, bodies: list[bytes]) -> t
     mime = "application/json" if args.format == "json" else "application/msgpack"
     schedule = Schedule(args.requests, args.duration_s, args.warmup)
     stats = Stats()
+    scraper = None
+    if args.scrape_every_s:
+        scraper = asyncio.create_task(scrape_loop(host, int(port), args.scrape_every_s, stats))
     if args.client == "raw":
         head = (
             f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {mime}\r\naccept: {mime}\r\n"
@@ -251,11 +257,24 @@ async def run_load(url: str, args: argparse.Namespace, bodies: list[bytes]) -> t
                 for _ in range(args.concurrency)
             ]
             await asyncio.gather(*jobs)
+    if scraper is not None:
+        scraper.cancel()
     if args.duration_s is not None:
         # Count what completed inside the window: requests still in flight from the warm-up at its
         # start and the ones finishing after its end would otherwise skew the rate.
         return stats.window(schedule.measure_start, schedule.deadline), args.duration_s
     return stats, time.perf_counter() - schedule.measure_start
+
+
+async def scrape_loop(host: str, port: int, every_s: float, stats: Stats) -> None:
+    """GET /metrics every `every_s` on a fresh connection, as a Prometheus scraper would."""
+    while True:
+        await asyncio.sleep(every_s)
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(f"GET /metrics HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n".encode())
+        await reader.read()  # to EOF: the server closes after the page
+        writer.close()
+        stats.scrapes += 1
 
 
 def check_first_response(url: str, args: argparse.Namespace, body: dict[str, Any]) -> None:
@@ -295,6 +314,7 @@ def summarize(stats: Stats, elapsed_s: float) -> dict[str, Any]:
         "errors": sum(stats.errors.values()),
         "errors_by_status": stats.errors,
         "elapsed_s": round(elapsed_s, 2),
+        "metrics_scrapes": stats.scrapes,
     }
     for name, values in stats.server_ms.items():
         key = name.decode()[2:].replace("-time", "") + "_p50_ms"
@@ -333,6 +353,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--pool", type=int, default=2048, help="distinct texts (also what the raw model encodes)"
     )
     parser.add_argument("--no-raw", action="store_true", help="skip the raw-model measurement")
+    parser.add_argument("--scrape-every-s", type=float, help="also GET /metrics this often during the load")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.requests is None and args.duration_s is None:

@@ -208,7 +208,17 @@ def start_profiles(roles: dict[int, str], out: Path, seconds: float) -> list[sub
     """py-spy on every server process for the measured run, as collapsed stacks (one file each)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     out.mkdir(parents=True, exist_ok=True)
-    argv = [spy, "record", "--format", "raw", "--rate", "200", "--duration", str(int(seconds)), "--nonblocking"]
+    argv = [
+        spy,
+        "record",
+        "--format",
+        "raw",
+        "--rate",
+        "200",
+        "--duration",
+        str(int(seconds)),
+        "--nonblocking",
+    ]
     return [
         subprocess.Popen(
             [*argv, "--pid", str(pid), "--output", str(out / f"{role}-{pid}.txt")],

@@ -49,7 +49,9 @@ def summarize(path: Path) -> tuple[int, Counter[str], Counter[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("file", type=Path)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--filter", default="", help="only functions whose name contains this")
