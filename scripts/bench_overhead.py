@@ -198,10 +198,26 @@ def measure_sie(bodies: list[bytes], models_dir: Path, args: argparse.Namespace)
         result["device_us_per_item"] = round(spent.get("device", 0.0) / n * 1e6, 1)
         result["frontend_us_per_request"] = round(spent.get("frontend", 0.0) / n * 1e6, 1)
         result["supervisor_us_per_request"] = round(spent.get("supervisor", 0.0) / n * 1e6, 1)
+        result["items_per_batch"] = mean_batch_size(url)
         result["server_log"] = str(log_path)
         return result
     finally:
         stop_server(process)
+
+
+def mean_batch_size(url: str) -> float | None:
+    """Items per forward batch over the server's life, from its /metrics histogram."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    page = httpx.get(url + "/metrics", timeout=10).text
+    totals = {"sie_batch_size_sum": 0.0, "sie_batch_size_count": 0.0}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    count = totals["sie_batch_size_count"]
+    return round(totals["sie_batch_size_sum"] / count, 2) if count else None
 
 
 def start_profiles(roles: dict[int, str], out: Path, seconds: float) -> list[subprocess.Popen[bytes]]:

@@ -191,15 +191,17 @@ def test_request_sent_while_draining_is_turned_away_promptly() -> None:
         (device,) = server.roles()["device"]
         body = {"items": [{"text": t} for t in random_texts(16, 60, seed=22, numbered=True)]}
         busy_before = cpu_seconds(device)
-        early = [
-            threading.Thread(target=encode, args=(server.url, MINILM, body), kwargs={"as_json": False})
-            for _ in range(4)
-        ]
+        finished_s: list[float] = []
+
+        def early_request() -> None:
+            encode(server.url, MINILM, body, as_json=False)
+            finished_s.append(time.monotonic())
+
+        early = [threading.Thread(target=early_request) for _ in range(4)]
         for thread in early:
             thread.start()
         wait_until(lambda: cpu_seconds(device) > busy_before + 0.3, 60, "device busy with the load")
         server.process.send_signal(signal.SIGTERM)
-        sent_s = time.monotonic()
         try:
             late = {"items": [{"text": "late"}]}
             response = httpx.post(f"{server.url}/v1/encode/{MINILM}", json=late, timeout=60)
@@ -208,7 +210,7 @@ def test_request_sent_while_draining_is_turned_away_promptly() -> None:
             # Refused, or reset from the listen backlog once the last listener closed: both
             # tell the client at once to go elsewhere.
             outcome = (0, "refused")
-        waited_s = time.monotonic() - sent_s
+        answered_s = time.monotonic()
         for thread in early:
             thread.join(60)
         code = server.process.wait(60)  # no second SIGTERM: one during interpreter exit kills it (-15)
@@ -216,7 +218,8 @@ def test_request_sent_while_draining_is_turned_away_promptly() -> None:
         server.stop()
     assert code == 0, server.log()
     assert outcome in ((503, "SHUTTING_DOWN"), (0, "refused")), outcome
-    assert waited_s < 1.0, waited_s
+    # Promptly: answered while the drain still had work in flight, not queued behind it.
+    assert len(finished_s) == 4 and answered_s < max(finished_s), (answered_s, finished_s)
 
 
 def test_environment_alone_and_sigint() -> None:
