@@ -15,12 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.common import (
-    load_model,
-    release,
-    rows_output,
-    tensor_bytes,
-)
+from sie.gpu_proc.adapters.common import HeldModel, load_model, rows_output
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.threads import linear_weights_of
 from sie.media_config import ImageSpec, image_spec
@@ -63,20 +58,16 @@ def image_flops(vision_config: Any, *vision: torch.nn.Module) -> float:
     return 2.0 * linear_weights_of(*vision) * patches
 
 
-class ClipAdapter:
+class ClipAdapter(HeldModel):
     kinds = frozenset({ResultKind.DENSE})
 
     def __init__(self, model: PreTrainedModel, spec: ImageSpec, *, name: str) -> None:
-        self.name = name
-        self.device = model.device
-        self.dtype = model.dtype
+        super().__init__(model, name=name)
         text_config = model.config.text_config
         self.pad_token_id = int(text_config.pad_token_id or 0)
         self.is_siglip = "siglip" in str(model.config.model_type)
         self._text_length = int(text_config.max_position_embeddings)
-        self._model: PreTrainedModel | None = model
         self._normalizer = PixelNormalizer(spec, self.device)
-        self._memory_bytes = tensor_bytes(model)
         vision = [model.vision_model, getattr(model, "visual_projection", None)]
         self.media_flops_per_item = image_flops(model.config.vision_config, *[m for m in vision if m])
 
@@ -107,18 +98,6 @@ class ClipAdapter:
         )
         padded[:, : ids.shape[1]] = ids  # right padding with the pad id, which the runner also used
         return {"input_ids": padded}
-
-    def _live(self) -> PreTrainedModel:
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        return self._model
-
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
 
 
 def _pooled(features: Any) -> torch.Tensor:

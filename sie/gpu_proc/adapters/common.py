@@ -99,6 +99,29 @@ def takes_token_types(model: torch.nn.Module) -> bool:
     return accepts and int(getattr(config, "type_vocab_size", 0) or 0) > 1
 
 
+class HeldModel:
+    """One loaded transformers model inside an adapter: usable until `close` drops it."""
+
+    def __init__(self, model: PreTrainedModel, *, name: str) -> None:
+        self.name = name
+        self.device = model.device
+        self.dtype = model.dtype
+        self._model: PreTrainedModel | None = model
+        self._memory_bytes = tensor_bytes(model)
+
+    def _live(self) -> PreTrainedModel:
+        if self._model is None:
+            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        return self._model
+
+    def memory_bytes(self) -> int:
+        return self._memory_bytes if self._model is not None else 0
+
+    def close(self) -> None:
+        self._model = None
+        release(self.device)
+
+
 class BaseEncoder:
     """A model's base encoder (e.g. `model.bert`), run padding-free when its architecture allows
     (see `packed.py`) and through its own padded forward otherwise. Heads run on the result."""

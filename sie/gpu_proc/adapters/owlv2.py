@@ -18,7 +18,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer, image_flops
-from sie.gpu_proc.adapters.common import load_model, release, tensor_bytes
+from sie.gpu_proc.adapters.common import HeldModel, load_model
 from sie.gpu_proc.outputs import Output, ragged
 from sie.media_config import ImageSpec, image_spec
 from sie.shm.layout import ResultKind
@@ -31,19 +31,15 @@ if TYPE_CHECKING:
 LabelSet = tuple[tuple[int, ...], ...]
 
 
-class Owlv2Adapter:
+class Owlv2Adapter(HeldModel):
     kinds = frozenset({ResultKind.BOXES})
     # Label queries are padded with "!" (id 0), as OWL's processor pads them; the text tower pools
     # at the highest id (end of text), so padding never moves the pooled position.
     pad_token_id = 0
 
     def __init__(self, model: PreTrainedModel, spec: ImageSpec, *, name: str) -> None:
-        self.name = name
-        self.device = model.device
-        self.dtype = model.dtype
-        self._model: PreTrainedModel | None = model
+        super().__init__(model, name=name)
         self._normalizer = PixelNormalizer(spec, self.device)
-        self._memory_bytes = tensor_bytes(model)
         self.media_flops_per_item = image_flops(model.config.vision_config, model)
 
     @classmethod
@@ -83,18 +79,6 @@ class Owlv2Adapter:
         features = model.owlv2.get_text_features(input_ids=ids, attention_mask=mask)
         embeds = features if isinstance(features, torch.Tensor) else features.pooler_output
         return embeds / torch.linalg.norm(embeds, ord=2, dim=-1, keepdim=True)
-
-    def _live(self) -> PreTrainedModel:
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        return self._model
-
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
 
 
 def _label_sets(inputs: ForwardInputs) -> list[LabelSet]:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.common import load_model, release, tensor_bytes
+from sie.gpu_proc.adapters.common import HeldModel, load_model
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -33,20 +33,16 @@ if TYPE_CHECKING:
     from sie.model_config import ModelConfig
 
 
-class WhisperAdapter:
+class WhisperAdapter(HeldModel):
     kinds = frozenset({ResultKind.TOKENS, ResultKind.TOKEN_TIMES})
 
     def __init__(self, model: PreTrainedModel, features: Any, *, name: str) -> None:
-        self.name = name
-        self.device = model.device
-        self.dtype = model.dtype
+        super().__init__(model, name=name)
         generation = model.generation_config
         self.pad_token_id = int(generation.pad_token_id)
         self._id_to_language = {int(i): token for token, i in (generation.lang_to_id or {}).items()}
         self._no_timestamps = int(generation.no_timestamps_token_id)
-        self._model: PreTrainedModel | None = model
         self._features = features
-        self._memory_bytes = tensor_bytes(model)
 
     @classmethod
     def load(
@@ -129,18 +125,6 @@ class WhisperAdapter:
                 ],
             )
         return out
-
-    def _live(self) -> PreTrainedModel:
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        return self._model
-
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
 
 
 def _trim(row: list[int], pad: int) -> list[int]:
