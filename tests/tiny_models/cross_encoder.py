@@ -38,12 +38,14 @@ TINY: dict[str, Any] = {
 }
 
 
-def make_cross_encoder(folder: Path, seed: int = 0, *, num_labels: int = 1, arch: str = "bert") -> Path:
+def make_cross_encoder(
+    folder: Path, seed: int = 0, *, num_labels: int = 1, arch: str = "bert", **labels: Any
+) -> Path:
     """Write config, safetensors weights and a tokenizer into `folder`; return it."""
     import torch
     import transformers
 
-    config = classifier_config(arch, num_labels)
+    config = classifier_config(arch, num_labels, **labels)
     torch.manual_seed(seed)
     model = transformers.AutoModelForSequenceClassification.from_config(config)
     folder.mkdir(parents=True, exist_ok=True)

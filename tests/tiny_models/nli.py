@@ -8,25 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.tiny_models.cross_encoder import MAX_SEQUENCE_LENGTH, classifier_config, write_tokenizer
+from tests.tiny_models.cross_encoder import MAX_SEQUENCE_LENGTH, make_cross_encoder
 
 LABELS = ("contradiction", "neutral", "entailment")
 
 
 def make_nli(folder: Path, seed: int = 0, *, arch: str = "bert") -> Path:
     """Write config, safetensors weights and MiniLM's tokenizer into `folder`; return it."""
-    import torch
-    import transformers
-
     id2label = dict(enumerate(LABELS))
     label2id = {label: i for i, label in id2label.items()}
-    config = classifier_config(arch, len(LABELS), id2label=id2label, label2id=label2id)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    write_tokenizer(folder, arch)
-    return folder
+    return make_cross_encoder(
+        folder, seed, num_labels=len(LABELS), arch=arch, id2label=id2label, label2id=label2id
+    )
 
 
 def model_yaml_nli(sie_id: str, folder: Path) -> dict[str, Any]:
