@@ -18,8 +18,8 @@ from sie.frontend.render import (
     multivector_column,
     render_encode,
     sparse_column,
-    timing_headers,
 )
+from sie.frontend.routes.answer import answer
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.encode import Embedded, EmbedOptions, supported_outputs
 from sie.frontend.tasks.images import embed_items
@@ -95,11 +95,7 @@ async def encode(request: Request) -> Response:
         input_tokens=embedded.input_tokens,
         as_json=as_json,
     )
-    return Response(
-        content,
-        headers=timing_headers(timing, state.server_version),
-        media_type="application/json" if as_json else "application/msgpack",
-    )
+    return answer(content, timing, state.server_version, as_json=as_json)
 
 
 def _columns(embedded: Embedded, output_dtype: str, as_json: bool) -> dict[str, list[dict[str, Any]]]:

@@ -10,7 +10,8 @@ from starlette.responses import Response
 
 from sie.frontend.body import read_body
 from sie.frontend.pipeline import lora_option
-from sie.frontend.render import Timing, render_extract, timing_headers
+from sie.frontend.render import render_extract
+from sie.frontend.routes.answer import answer, stage_timing
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.extract import Extracted, ExtractJob, check_extraction, extract
 from sie.frontend.wire import ExtractParams, ExtractRequest, decode_body, validate_items, wants_json
@@ -37,17 +38,7 @@ async def extract_route(request: Request) -> Response:
     extracted = await extract(state, name, job)
     as_json = wants_json(request.headers.get("accept"))
     content = render_extract(model=name, items=_items(req.items, extracted), as_json=as_json)
-    timing = Timing(
-        total_ms=(time.perf_counter() - started) * 1000,
-        queue_ms=extracted.queue_ms,
-        tokenization_ms=extracted.tokenization_ms,
-        inference_ms=extracted.inference_ms,
-    )
-    return Response(
-        content,
-        headers=timing_headers(timing, state.server_version),
-        media_type="application/json" if as_json else "application/msgpack",
-    )
+    return answer(content, stage_timing(started, extracted), state.server_version, as_json=as_json)
 
 
 def _items(items: list[Any], extracted: Extracted) -> list[dict[str, Any]]:

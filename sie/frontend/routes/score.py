@@ -12,7 +12,8 @@ from starlette.responses import Response
 from sie.errors import InvalidInput
 from sie.frontend.body import read_body
 from sie.frontend.pipeline import lora_option
-from sie.frontend.render import Timing, render_score, timing_headers
+from sie.frontend.render import render_score
+from sie.frontend.routes.answer import answer, stage_timing
 from sie.frontend.scoring import rank
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.score import check_item_count, check_scoring, score
@@ -51,17 +52,7 @@ async def score_route(request: Request) -> Response:
         input_tokens=scored.input_tokens,
         as_json=as_json,
     )
-    timing = Timing(
-        total_ms=(time.perf_counter() - started) * 1000,
-        queue_ms=scored.queue_ms,
-        tokenization_ms=scored.tokenization_ms,
-        inference_ms=scored.inference_ms,
-    )
-    return Response(
-        content,
-        headers=timing_headers(timing, state.server_version),
-        media_type="application/json" if as_json else "application/msgpack",
-    )
+    return answer(content, stage_timing(started, scored), state.server_version, as_json=as_json)
 
 
 async def rerank(request: Request) -> Response:
