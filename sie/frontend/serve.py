@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 
 from hypercorn.asyncio import serve
@@ -18,6 +19,7 @@ from sie.frontend.operations import Operations
 from sie.frontend.placement import ReplicaWatch
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import TokenizerCache
+from sie.heap import HeapTrimmer
 from sie.logs import configure_logging
 from sie.metrics.block import StatsBlock
 from sie.metrics.recorders import FrontendRecorder
@@ -125,6 +127,8 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     loop.add_signal_handler(signal.SIGTERM, drain)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the supervisor leads
     watcher = loop.create_task(_watch_parent(spec.supervisor_pid, drain))
+    recorder = state.ops.recorder
+    heap = loop.create_task(_tend_heap(recorder)) if recorder is not None else None
     log.info("frontend serving")
     try:
         await serve(
@@ -132,10 +136,25 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         )
     finally:
         watcher.cancel()
+        if heap is not None:
+            heap.cancel()
         await client.stop()
         control.close()
         stats.close()
     log.info("frontend stopped")
+
+
+async def _tend_heap(recorder: FrontendRecorder, trimmer: HeapTrimmer | None = None) -> None:
+    """Give freed memory back at a moment with no request in flight (see sie.heap)."""
+    trimmer = trimmer or HeapTrimmer()
+    seen = 0
+    while True:
+        await asyncio.sleep(PARENT_CHECK_S)
+        if recorder.started_total != seen:
+            seen = recorder.started_total
+            trimmer.busy()
+        if recorder.in_flight == 0:
+            trimmer.idle(time.monotonic())
 
 
 async def _watch_parent(supervisor_pid: int, drain: Callable[[], None]) -> None:

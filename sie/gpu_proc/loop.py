@@ -20,6 +20,7 @@ from sie.gpu_proc.cancel import Cancellations
 from sie.gpu_proc.eviction import MemoryManager
 from sie.gpu_proc.inference import Finished, InferenceThread
 from sie.gpu_proc.registry import Registry
+from sie.heap import HeapTrimmer
 from sie.metrics.recorders import DeviceRecorder
 from sie.shm.control import ControlBlock, DeviceState
 from sie.shm.doorbell import Doorbell, EventFd
@@ -102,6 +103,7 @@ class DeviceLoop:
         self.stopping = False
         self._depths_due_s = 0.0
         self._depths_zero = True
+        self.heap = HeapTrimmer()
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -115,10 +117,18 @@ class DeviceLoop:
             self._dispatch()
             self._flush_overflow()
             self._publish_queue_depths(time.monotonic())
+            self._tend_heap(time.monotonic())
             if os.getppid() != self.supervisor_pid:
                 log.error("supervisor is gone; device exits")
                 return
             self.doorbell.wait(self._wait_s())
+
+    def _tend_heap(self, now: float) -> None:
+        """Give freed memory back at a moment with nothing queued or running (see sie.heap)."""
+        if self._is_idle():
+            self.heap.idle(now)
+        else:
+            self.heap.busy()
 
     def _is_idle(self) -> bool:
         return (

@@ -9,11 +9,12 @@ servers share one GPU, and how tests force eviction with small models on a CPU.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from sie.heap import glibc
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class CpuProbe:
         self._psutil = psutil
         self._process = psutil.Process()
         self._capacity = capacity_bytes
-        self._libc = _load_libc()
+        self._libc = glibc()
 
     def read(self) -> MemoryReading:
         rss = int(self._process.memory_info().rss)
@@ -91,15 +92,6 @@ def probe_for(device: str, capacity_bytes: int | None = None) -> MemoryProbe:
     if device.startswith("cuda"):
         return CudaProbe(device, capacity_bytes)
     return CpuProbe(capacity_bytes)
-
-
-def _load_libc() -> Any:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim  # noqa: B018 - glibc only; musl has none
-    except (OSError, AttributeError):
-        return None
-    return libc
 
 
 def _nvml_handle(torch: Any, device: Any) -> tuple[Any, Any]:

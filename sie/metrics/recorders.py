@@ -42,6 +42,11 @@ class FrontendRecorder:
         self._in_flight = v["in_flight"][frontend : frontend + 1]
         self._stage_buckets = v["stage_buckets"][frontend]
         self._stage_sum = v["stage_sum_s"][frontend]
+        self.started_total = 0  # this process's own count, for idle detection
+
+    @property
+    def in_flight(self) -> int:
+        return int(self._in_flight[0])
 
     def request(
         self,
@@ -66,6 +71,7 @@ class FrontendRecorder:
 
     def started(self) -> None:
         self._in_flight[0] += 1
+        self.started_total += 1
 
     def finished(self) -> None:
         self._in_flight[0] -= 1

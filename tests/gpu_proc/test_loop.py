@@ -113,3 +113,14 @@ def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
     loop._publish_queue_depths(100.006)  # emptied: the zeros go out without waiting
     loop._publish_queue_depths(100.5)  # and idle loops write nothing more
     assert writes[2:] == [[0, 0, 0]]
+
+
+def test_the_heap_is_trimmed_at_an_idle_moment_after_work() -> None:
+    busy = loop_with(overdue_batcher(), in_flight=0)  # an item queued: work in hand
+    busy._tend_heap(100.0)
+    assert busy.heap.trims == 0
+    busy.batcher.drop_source(0)  # and now nothing is queued or running
+    busy._tend_heap(100.1)
+    assert busy.heap.trims == 1
+    busy._tend_heap(200.0)  # idle again, but no work since: nothing to give back
+    assert busy.heap.trims == 1
