@@ -10,7 +10,7 @@ from transformers.utils import logging as transformers_logging
 
 from sie.gpu_proc.adapters.base import load_adapter
 from sie.gpu_proc.attention import configure_attention
-from sie.gpu_proc.batcher import Batcher
+from sie.gpu_proc.batcher import Batcher, token_budget
 from sie.gpu_proc.device_stats import attach_device_stats
 from sie.gpu_proc.eviction import MemoryManager
 from sie.gpu_proc.inference import InferenceThread
@@ -43,11 +43,12 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
     )
     catalog = read_shared_catalog(spec.catalog_fd)
     doorbell = Doorbell.attach(namespace.doorbell(spec.index, control.device_generation(spec.index)))
+    device = spec.device
     batcher = Batcher(
         max_batch_requests=settings.max_batch_requests,
         max_batch_wait_s=settings.max_batch_wait_ms / 1000,
         max_pending_items=settings.max_concurrent_requests,
-        max_batch_tokens=lambda slot: catalog.models[slot].profile().max_batch_tokens,
+        max_batch_tokens=lambda slot: token_budget(catalog.models[slot].profile().max_batch_tokens, device),
     )
     registry, memory = keep_models(settings, spec, catalog, control, doorbell, batcher)
     inference = InferenceThread(
