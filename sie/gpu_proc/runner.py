@@ -40,7 +40,7 @@ class Runner:
         """Every kind the batch asked for; row i of each belongs to batch.items[i]."""
         if self._threads is not None:
             media = is_media(batch)
-            work = len(batch.items) if media else sum(len(item.input_ids) for item in batch.items)
+            work = len(batch.items) if media else batch.n_tokens  # kept by the batcher and its splitters
             self._threads.choose(adapter, work, media)
         return self._run(adapter, batch)
 
