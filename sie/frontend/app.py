@@ -16,7 +16,8 @@ from sie.frontend.auth import BearerAuth
 from sie.frontend.client_watch import ClientWatch
 from sie.frontend.errors import handle_http_exception, handle_sie_error, handle_unexpected
 from sie.frontend.exposition import ServerCollector
-from sie.frontend.instance import InstanceHeader, instance_id
+from sie.frontend.instance import HEADER as INSTANCE_HEADER
+from sie.frontend.instance import instance_id
 from sie.frontend.observe import RequestObserver
 from sie.frontend.routes import encode, extract, health, metrics, models, openai, openapi, score
 from sie.frontend.state import FrontendState
@@ -42,8 +43,8 @@ ROUTES = [
 class SieApp(Starlette):
     def build_middleware_stack(self) -> ASGIApp:
         # All outside Starlette's whole stack, ServerErrorMiddleware included, so that 500s carry
-        # the headers and are counted too. Outermost first: X-SIE-Instance and `server` on every
-        # response; counting and tracing; the client watch (a client that left, stalled while
+        # the headers and are counted too. Outermost first: counting and tracing, which also adds
+        # X-SIE-Instance and `server` to every response; the client watch (a client that left, stalled while
         # draining, or was answered before its body was read: a 401 too); bearer tokens (a
         # stranger never reaches routing).
         state: FrontendState = self.state.sie
@@ -52,8 +53,8 @@ class SieApp(Starlette):
         if ops.auth_tokens:
             app = BearerAuth(app, ops.auth_tokens, protect_metrics=ops.protect_metrics)
         app = ClientWatch(app, lambda: _is_draining(state))
-        app = RequestObserver(app, ops.recorder, ops.tracer)
-        return InstanceHeader(app, self.state.instance)
+        instance = (INSTANCE_HEADER, self.state.instance.encode("latin-1", "replace"))
+        return RequestObserver(app, ops.recorder, ops.tracer, headers=[instance])
 
 
 def build_app(state: FrontendState) -> Starlette:

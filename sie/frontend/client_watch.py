@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,7 +38,7 @@ class ClientWatch:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        watch = _Watch(receive, send, self.is_draining)
+        watch = _Watch(receive, send, self.is_draining, has_body=_declares_body(scope))
         try:
             await self.app(scope, watch.receive, watch.send)
         except asyncio.CancelledError:
@@ -55,6 +56,43 @@ class ClientWatch:
                 watch.drain.add_done_callback(self._drains.discard)
 
 
+class _StallLook:
+    """Every `_SLICE_S` while one body read waits: past `STALL_S` of silence during a drain,
+    cancel the reading task (which then raises ShuttingDown)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | None, is_draining: Callable[[], bool]
+    ) -> None:
+        self.task = task
+        self.stalled = False
+        self._loop = loop
+        self._is_draining = is_draining
+        self._silent_s = 0.0
+        self._timer = loop.call_later(_SLICE_S, self._look)
+
+    def _look(self) -> None:
+        self._silent_s += _SLICE_S
+        if self._silent_s >= STALL_S and self.task is not None and self._is_draining():
+            self.stalled = True
+            self.task.cancel()
+            return
+        self._timer = self._loop.call_later(_SLICE_S, self._look)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+
+def _declares_body(scope: Scope) -> bool:
+    """HTTP/1.x: a request has a body only if it says so (Content-Length or Transfer-Encoding).
+    HTTP/2 streams a body with neither, so there every request may have one."""
+    if scope.get("http_version") not in ("1.0", "1.1"):
+        return True
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
 async def _discard_body(receive: Receive) -> None:
     while True:
         message = await receive()
@@ -63,7 +101,9 @@ async def _discard_body(receive: Receive) -> None:
 
 
 class _Watch:
-    def __init__(self, receive: Receive, send: Send, is_draining: Callable[[], bool]) -> None:
+    def __init__(
+        self, receive: Receive, send: Send, is_draining: Callable[[], bool], *, has_body: bool = True
+    ) -> None:
         self._receive = receive
         self._send = send
         self._is_draining = is_draining
@@ -71,7 +111,9 @@ class _Watch:
         self._watcher: asyncio.Task[Message] | None = None
         self.response_started = False
         self.client_left = False
-        self.body_ended = False  # the last body chunk, or a disconnect, has been received
+        # The last body chunk, or a disconnect, has been received; or there is no body to take
+        # (hypercorn's one empty body message then waits unread, far below its queue's bound).
+        self.body_ended = not has_body
         self.drain: asyncio.Task[None] | None = None  # takes an unread body once the answer starts
 
     async def receive(self) -> Message:
@@ -87,19 +129,18 @@ class _Watch:
         return message
 
     async def _next_body_message(self) -> Message:
-        pending = asyncio.ensure_future(self._receive())
-        silent_s = 0.0
+        # A timer looks at the silence, not a task racing the read: most bodies are already
+        # queued, and a task plus a timed wait per read cost more than the rest of the watch.
+        loop = asyncio.get_running_loop()
+        look = _StallLook(loop, asyncio.current_task(), self._is_draining)
         try:
-            while True:
-                done, _ = await asyncio.wait({pending}, timeout=_SLICE_S)
-                if done:
-                    return pending.result()
-                silent_s += _SLICE_S
-                if silent_s >= STALL_S and self._is_draining():
-                    raise ShuttingDown("Server is shutting down and the request body stopped arriving")
+            return await self._receive()
+        except asyncio.CancelledError:
+            if look.stalled and look.task is not None and look.task.uncancel() == 0:
+                raise ShuttingDown("Server is shutting down and the request body stopped arriving") from None
+            raise
         finally:
-            if not pending.done():
-                pending.cancel()
+            look.stop()
 
     async def _watch_disconnect(self) -> Message:
         message = await self._receive()

@@ -63,6 +63,9 @@ class PendingRequest:
         if not self.future.done():
             self.future.set_exception(error)
 
+    def expire(self) -> None:
+        self.fail(DeviceUnavailable("The device did not answer in time; retry shortly"))
+
     def add(self, block: ResultBlock) -> None:
         if block.status != Status.OK:
             self.fail(_status_error(block))
@@ -273,19 +276,22 @@ class DeviceClient:
         link = self._link(device)
         req_id = next(self._ids)
         payloads = [encode_request(chunk) for chunk in _chunks(batch, req_id, link)]
-        future: asyncio.Future[Results] = asyncio.get_running_loop().create_future()
-        assembler = ResultAssembler(batch.n_items, batch.output_mask)
-        self.pending[req_id] = PendingRequest(future, device, assembler)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Results] = loop.create_future()
+        request = PendingRequest(future, device, ResultAssembler(batch.n_items, batch.output_mask))
+        self.pending[req_id] = request
         link.pending.add(req_id)
+        # A timer that fails the future, rather than wait_for: the same backstop without the
+        # wrapping future and callbacks wait_for adds to every request.
+        deadline = loop.call_later(self.request_timeout_s, request.expire)
         try:
             self._push(link, payloads)
-            return await asyncio.wait_for(future, self.request_timeout_s)
-        except TimeoutError:
-            raise DeviceUnavailable("The device did not answer in time; retry shortly") from None
+            return await future
         except asyncio.CancelledError:  # the client left (sie.frontend.client_watch)
             self._withdraw(link, req_id, batch.model_slot)
             raise
         finally:
+            deadline.cancel()
             self.pending.pop(req_id, None)
             link.pending.discard(req_id)
 

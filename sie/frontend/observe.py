@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -84,12 +85,21 @@ def note_work(items: int, tokens: int, tokenization_ms: float, queue_ms: float, 
 
 
 class RequestObserver:
-    """Outermost middleware but for X-SIE-Instance: sees every response, 401s and 500s included."""
+    """Outermost middleware: sees every response, 401s and 500s included, and adds `server` and
+    the caller's fixed headers (X-SIE-Instance) to each."""
 
-    def __init__(self, app: ASGIApp, recorder: FrontendRecorder | None, tracer: Tracer | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        recorder: FrontendRecorder | None,
+        tracer: Tracer | None,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
         self.app = app
         self.recorder = recorder
         self.tracer = tracer
+        # Added to every response here, in the one send wrapper every request already pays for.
+        self.headers = [SERVER_HEADER, *headers]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,7 +113,7 @@ class RequestObserver:
                 record.status = message["status"]
                 if record.results_at_s is not None:
                     record.postprocessing_s = time.perf_counter() - record.results_at_s
-                message["headers"] = [*message.get("headers", ()), SERVER_HEADER]
+                message["headers"] = [*message.get("headers", ()), *self.headers]
             await send(message)
 
         span = self.tracer.start(scope, record) if self.tracer is not None else None

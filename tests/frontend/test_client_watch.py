@@ -17,7 +17,12 @@ from sie.metrics.labels import ROUTES, STATUSES
 from sie.metrics.recorders import FrontendRecorder
 from tests.metrics.blocks import made_blocks
 
-SCOPE = {"type": "http", "method": "POST", "path": "/v1/encode/m", "headers": []}
+SCOPE = {
+    "type": "http",
+    "method": "POST",
+    "path": "/v1/encode/m",
+    "headers": [(b"transfer-encoding", b"chunked")],
+}
 Message = dict[str, Any]
 
 
@@ -161,6 +166,23 @@ def test_a_slow_body_is_left_alone_when_not_draining() -> None:
         await peer.inbox.put({"type": "http.request", "body": b"but complete", "more_body": False})
         async with asyncio.timeout(10):
             await task
+
+    asyncio.run(main())
+
+
+def test_a_request_without_a_body_leaves_no_drain() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def main() -> None:
+        peer = Peer()
+        await peer.inbox.put({"type": "http.request", "body": b"", "more_body": False})
+        watch = ClientWatch(app, lambda: False)
+        before = len(asyncio.all_tasks())
+        get = {"type": "http", "http_version": "1.1", "method": "GET", "path": "/healthz", "headers": []}
+        await watch(get, peer.receive, peer.send)
+        assert len(asyncio.all_tasks()) == before and not watch._drains
 
     asyncio.run(main())
 

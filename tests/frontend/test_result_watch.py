@@ -8,7 +8,7 @@ import uuid
 
 import numpy as np
 
-from sie.errors import InferenceError
+from sie.errors import DeviceUnavailable, InferenceError
 from sie.frontend.devices import DeviceClient
 from sie.shm.control import ControlBlock, DeviceState, ModelState
 from sie.shm.doorbell import Doorbell, EventFd
@@ -73,3 +73,38 @@ def test_a_bad_message_fails_its_request_and_the_next_one_is_answered() -> None:
     assert isinstance(error, InferenceError)
     assert not isinstance(good, BaseException)
     assert good.rows[ResultKind.DENSE].tolist() == [[0.5] * 4]  # type: ignore[attr-defined]
+
+
+def test_a_device_that_never_answers_times_the_request_out_and_forgets_it() -> None:
+    namespace = Namespace("watch" + uuid.uuid4().hex[:8], os.getpid())
+    control = ControlBlock.create(namespace.control(), n_devices=1, n_frontends=1, n_models=1)
+    control.set_device_state(0, DeviceState.UP)
+    control.set_model_state(0, 0, ModelState.LOADED)
+    made = [
+        Ring.create(namespace.ring(0, 0, 0, "req"), slots=8, arena_bytes=1 << 16),
+        Ring.create(namespace.ring(0, 0, 0, "resp"), slots=8, arena_bytes=1 << 16),
+    ]
+    bell = Doorbell.create(namespace.doorbell(0, 0))
+    wake = EventFd.create()
+    client = DeviceClient(namespace, control, 0, wake, request_timeout_s=0.05)
+
+    async def scenario() -> BaseException | None:
+        try:
+            await asyncio.wait_for(client.submit(one_item()), 5)
+        except DeviceUnavailable as exc:
+            return exc
+        return None
+
+    try:
+        error = asyncio.run(scenario())
+    finally:
+        for ring in made:
+            ring.close()
+            ring.unlink()
+        bell.close()
+        bell.unlink()
+        wake.close()
+        control.close()
+        control.unlink()
+    assert isinstance(error, DeviceUnavailable) and "did not answer in time" in str(error)
+    assert not client.pending and not client.links[0].pending
