@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sie.shm.layout import (
+    REQUEST_HEADER,
+    RESULT_HEADER,
     LayoutError,
     Modality,
     Op,
@@ -320,3 +322,48 @@ def test_media_result_round_trip(block: ResultBlock) -> None:
     buf = encode_result(block)
     assert len(buf) == result_nbytes(block)
     _assert_same_result(decode_result(buf), block)
+
+
+def test_headers_sit_where_the_documented_record_types_say() -> None:
+    """The struct packing and the numpy record types (the documented layout) agree field by field."""
+    batch = TokenBatch(
+        req_id=(1 << 63) + 5,
+        op=Op.SCORE,
+        model_slot=7,
+        offsets=np.array([0, 2, 3], np.int32),
+        input_ids=np.array([4, 5, 6], np.int32),
+        token_type_ids=np.array([0, 1, 1], np.int8),
+        item_base=11,
+        output_mask=OutputMask.SCORES,
+        config_key=(1 << 40) + 3,
+        submit_ns=123_456_789_012,
+        is_query=True,
+        temperature=0.5,
+    )
+    header = encode_request(batch)[:64].view(REQUEST_HEADER)[0]
+    expected = {"req_id": batch.req_id, "config_key": batch.config_key, "submit_ns": batch.submit_ns,
+                "op": int(Op.SCORE), "flags": batch.flags, "model_slot": 7, "item_base": 11, "n_items": 2,
+                "n_tokens": 3, "output_mask": int(OutputMask.SCORES), "media_h": 0, "media_w": 0,
+                "n_samples": 0, "temperature": 0.5}  # fmt: skip
+    assert {name: header[name].item() for name in expected} == expected
+    block = ResultBlock(
+        req_id=99,
+        kind=ResultKind.SPARSE,
+        item_index=np.array([0, 1], np.int32),
+        item_status=np.zeros(2, np.uint8),
+        values=np.ones(3, np.float16),
+        dim=30522,
+        row_offsets=np.array([0, 1, 3], np.int32),
+        indices=np.array([5, 6, 7], np.int32),
+        message="ok",
+        queue_us=12,
+        infer_us=34,
+        batch_items=8,
+        batch_tokens=256,
+    )
+    result = encode_result(block)[:64].view(RESULT_HEADER)[0]
+    expected = {"req_id": 99, "status": int(Status.OK), "kind": int(ResultKind.SPARSE), "n_items": 2,
+                "dim": 30522, "n_rows": 3, "message_bytes": 2, "queue_us": 12, "infer_us": 34,
+                "batch_items": 8, "batch_tokens": 256}  # fmt: skip
+    assert {name: result[name].item() for name in expected} == expected
+    assert result["dtype"] != 0  # float16 values are marked as such
