@@ -35,6 +35,9 @@ class Packing:
 
     valid: torch.Tensor  # bool [n, L]: real (computed) tokens of the padded input
     groups: list[tuple[torch.Tensor, torch.Tensor]]  # (index [g, Lg] into stream+1 pad row, key mask)
+    # Every item as long as the input and attending to every token (one item, or equal lengths):
+    # the stream is the input itself, and attention needs no gather, scatter or mask.
+    uniform: bool = False
 
 
 class PackedEncoder:
@@ -74,21 +77,28 @@ class PackedEncoder:
         them the others may attend to (ColBERT's query expansion computes tokens nobody attends to).
         """
         packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
-        flat = self._embed(input_ids, token_type_ids, packing.valid)
+        flat = self._embed(input_ids, token_type_ids, None if packing.uniform else packing.valid)
         for layer in self._base.encoder.layer:
             flat = self._layer(layer, flat, packing)
+        if packing.uniform:
+            return flat.view(*input_ids.shape, flat.shape[-1])
         out = flat.new_zeros((*input_ids.shape, flat.shape[-1]))
         out[packing.valid] = flat
         return out
 
     def _embed(
-        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, valid: torch.Tensor
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, valid: torch.Tensor | None
     ) -> torch.Tensor:
+        """The embedded stream of the `valid` tokens ([n, L] bool; None: every token)."""
         embeddings = self._base.embeddings
+
+        def stream(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(-1) if valid is None else t[valid]
+
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        flat_positions = positions[valid] + self._position_offset
-        types = token_type_ids[valid] if token_type_ids is not None else torch.zeros_like(flat_positions)
-        hidden = embeddings.word_embeddings(input_ids[valid])
+        flat_positions = stream(positions) + self._position_offset
+        types = stream(token_type_ids) if token_type_ids is not None else torch.zeros_like(flat_positions)
+        hidden = embeddings.word_embeddings(stream(input_ids))
         hidden = (
             hidden + embeddings.token_type_embeddings(types) + embeddings.position_embeddings(flat_positions)
         )
@@ -108,6 +118,11 @@ class PackedEncoder:
         # One [T + 1, 3, width] tensor, so each group takes q, k and v with a single gather; row T
         # is zeros, what padding positions gather.
         qkv = torch.stack([proj(hidden) for proj in projections], dim=1)
+        if packing.uniform:
+            n, length = packing.valid.shape
+            q, k, v = qkv.view(n, length, 3, self._heads, head_dim).unbind(2)
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            return out.transpose(1, 2).reshape(n * length, width)
         qkv = torch.cat([qkv, qkv.new_zeros(1, 3, width)])
         context = hidden.new_empty(hidden.shape)
         for index, key_mask in packing.groups:
@@ -123,6 +138,8 @@ class PackedEncoder:
 def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: torch.device) -> Packing:
     """The flat layout of a right-padded batch and its attention groups (sorted by length)."""
     n = len(lengths)
+    if key_mask is None and min(lengths) == width:
+        return Packing(torch.ones((n, width), dtype=torch.bool, device=device), [], uniform=True)
     lengths_t = torch.tensor(lengths, device=device)
     valid = torch.arange(width, device=device)[None, :] < lengths_t[:, None]
     starts = torch.zeros(n, dtype=torch.long, device=device)
