@@ -1,4 +1,5 @@
 """The inference thread: runs one batch at a time while the loop thread drains rings and publishes.
+(A light CPU batch on an idle device runs on the loop thread instead; see `InferenceThread.submit`.)
 
 Torch releases the GIL inside its kernels, so the loop keeps forming the next batch and writing
 results while a forward pass runs. Finished batches come back through a deque; the thread rings
@@ -57,8 +58,24 @@ class InferenceThread:
         self._thread.start()
 
     def submit(self, batch: Batch) -> None:
+        """Run `batch`: on this thread when it is light and nothing else runs, else queue it.
+
+        A light CPU forward takes a few milliseconds of one core at most; handing it to the
+        inference thread costs two thread wakeups (there and back) and a GIL hand-off each way,
+        which add latency to every request on an idle device and CPU to every batch under load.
+        Run here, its result is published on the loop's next turn (the self-ring makes the wait
+        return at once); rings are not drained meanwhile, for no longer than that forward.
+        """
         self.in_flight += 1
+        if self.in_flight == 1 and self._is_light(batch):
+            self._finished.append(self._forward(batch))
+            self._wake()
+            return
         self._inbox.put(batch)
+
+    def _is_light(self, batch: Batch) -> bool:
+        adapter = self._registry.get(batch.key[0])
+        return adapter is not None and self._runner.is_light(adapter, batch)
 
     def take_finished(self) -> list[Finished]:
         done: list[Finished] = []

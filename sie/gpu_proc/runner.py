@@ -39,10 +39,12 @@ class Runner:
     def run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
         """Every kind the batch asked for; row i of each belongs to batch.items[i]."""
         if self._threads is not None:
-            media = is_media(batch)
-            work = len(batch.items) if media else batch.n_tokens  # kept by the batcher and its splitters
-            self._threads.choose(adapter, work, media)
+            self._threads.choose(adapter, *_work(batch))
         return self._run(adapter, batch)
+
+    def is_light(self, adapter: Adapter, batch: Batch) -> bool:
+        """A CPU forward of a few milliseconds of one core at most (see sie.gpu_proc.threads)."""
+        return self._threads is not None and self._threads.is_light(adapter, *_work(batch))
 
     def _run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
         if is_media(batch):  # images or audio windows: one forward, see sie.gpu_proc.media
@@ -84,6 +86,12 @@ class Runner:
         if not self._is_cuda:
             return tensor
         return tensor.pin_memory().to(self.device, non_blocking=True)
+
+
+def _work(batch: Batch) -> tuple[int, bool]:
+    """A batch's work for the thread policy: items for media, else tokens; and whether media."""
+    media = is_media(batch)
+    return (len(batch.items) if media else batch.n_tokens), media  # n_tokens kept by the batcher
 
 
 def split_by_padding(lengths: list[int], max_waste: float, min_chunk_tokens: int) -> list[slice]:

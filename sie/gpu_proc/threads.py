@@ -44,10 +44,14 @@ class ThreadPolicy:
         """Set and return the threads for one forward of `work` tokens (media: items)."""
         if self._fixed is not None:
             return self._fixed
-        per_unit = getattr(adapter, "media_flops_per_item", HEAVY) if is_media else self._per_token(adapter)
-        threads = 1 if per_unit * work < PARALLEL_MIN_FLOPS else self._most
+        threads = 1 if self.is_light(adapter, work, is_media) else self._most
         self._set(threads)
         return threads
+
+    def is_light(self, adapter: Adapter, work: int, is_media: bool) -> bool:
+        """Below PARALLEL_MIN_FLOPS: a forward of a few milliseconds of one core at most."""
+        per_unit = getattr(adapter, "media_flops_per_item", HEAVY) if is_media else self._per_token(adapter)
+        return per_unit * work < PARALLEL_MIN_FLOPS
 
     def _per_token(self, adapter: Adapter) -> float:
         try:

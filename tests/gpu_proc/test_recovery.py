@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -134,7 +135,10 @@ def test_the_inference_thread_answers_what_fits_and_survives(tmp_path: Path) -> 
     catalog = catalog_of(tmp_path, ["m/a", "m/b"])
     registry = Registry(catalog, control, 0, "cpu", loader=fake_loader(probe))  # type: ignore[arg-type]
     device = Device(budget=15)
-    runner: Any = SimpleNamespace(run=lambda adapter, batch: device.forward(batch))
+    # Never light, so every batch takes the inference thread (the inline path is tested below).
+    runner: Any = SimpleNamespace(
+        run=lambda adapter, batch: device.forward(batch), is_light=lambda a, b: False
+    )
     evicted: list[int] = []
     woken = threading.Event()
     thread = InferenceThread(runner, registry, wake=woken.set, evict_other=lambda s: bool(evicted.append(s)))
@@ -150,6 +154,49 @@ def test_the_inference_thread_answers_what_fits_and_survives(tmp_path: Path) -> 
         thread.submit(batch_of([10]))  # and it still serves
         assert woken.wait(10)
         assert thread.take_finished()[0].outputs is not None
+    finally:
+        thread.stop()
+        registry.close()
+        control.close()
+        control.unlink()
+
+
+def test_a_light_batch_on_an_idle_device_runs_on_the_submitting_thread(tmp_path: Path) -> None:
+    control = new_control(1)
+    registry = Registry(
+        catalog_of(tmp_path, ["m/a"]), control, 0, "cpu", loader=fake_loader(FakeProbe(1 << 30))
+    )  # type: ignore[arg-type]
+    release = threading.Event()
+    ran_on: list[str] = []
+
+    def forward(adapter: Any, batch: Batch) -> dict[ResultKind, Output]:
+        ran_on.append(threading.current_thread().name)
+        if len(batch.items) > 1:  # the heavy one: holds the inference thread until released
+            release.wait(10)
+        return Device(budget=1000).forward(batch)
+
+    woken = threading.Event()
+    runner: Any = SimpleNamespace(run=forward, is_light=lambda adapter, batch: len(batch.items) == 1)
+    thread = InferenceThread(runner, registry, wake=woken.set)
+    try:
+        registry.request_load(0)
+        wait_state(control, 0, ModelState.LOADED)
+        thread.submit(batch_of([10]))  # light, nothing running: done before submit returns
+        assert ran_on == [threading.current_thread().name] and woken.is_set()
+        assert [d.status for d in thread.take_finished()] == [Status.OK] and thread.in_flight == 0
+        woken.clear()
+        thread.submit(batch_of([10, 20], requests=[1, 2]))  # heavy: the inference thread
+        thread.submit(batch_of([10]))  # light, but one is in flight: queued behind it
+        assert ran_on[1:] in ([], ["sie-inference"])
+        release.set()
+        deadline = time.monotonic() + 10
+        done: list[Finished] = []
+        while len(done) < 2 and time.monotonic() < deadline:
+            woken.wait(1)
+            woken.clear()
+            done += thread.take_finished()
+        assert [len(d.batch.items) for d in done] == [2, 1]
+        assert ran_on[1:] == ["sie-inference", "sie-inference"]
     finally:
         thread.stop()
         registry.close()
