@@ -12,6 +12,7 @@ from collections.abc import Callable
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
+from sie.frontend import h11_writes
 from sie.frontend.app import build_app
 from sie.frontend.devices import DeviceClient
 from sie.frontend.exposition import Sources
@@ -117,6 +118,7 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         state.tokenizers.get(catalog.models[slot])
     loop = asyncio.get_running_loop()
     client.start(loop)
+    h11_writes.install()
     shutdown = asyncio.Event()
 
     def drain() -> None:
