@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import errno
 import os
 import time
@@ -28,55 +27,12 @@ _MAX_WAIT_S = 0.25
 _MAX_DRAIN = 4096
 
 
-class _GilFreePost:
-    """`sem_post` through ctypes, which lets go of the GIL around the call (posix_ipc keeps it).
-
-    The post wakes the waiting thread, and the kernel often runs it at once on the poster's core.
-    When the poster is the device's inference thread, the woken loop thread then found the GIL
-    held by a thread that was not running: py-spy saw the inference thread holding the GIL inside
-    the post for a sixth of the device's samples. glibc's `sem_open` of a name this process has
-    open returns the same mapping, so this handle and posix_ipc's are one semaphore.
-    """
-
-    _libc: ctypes.CDLL | None = None
-
-    def __init__(self, name: str) -> None:
-        libc = _GilFreePost._libc
-        if libc is None:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.sem_open.restype = ctypes.c_void_p
-            libc.sem_open.argtypes = [ctypes.c_char_p, ctypes.c_int]
-            libc.sem_post.argtypes = [ctypes.c_void_p]
-            libc.sem_close.argtypes = [ctypes.c_void_p]
-            _GilFreePost._libc = libc
-        handle = libc.sem_open(name.encode(), 0)
-        if not handle:
-            raise OSError(ctypes.get_errno(), f"sem_open {name}")
-        self._libc = libc
-        self._handle: int | None = handle
-
-    def post(self) -> None:
-        if self._handle is not None and self._libc.sem_post(self._handle) != 0:
-            code = ctypes.get_errno()
-            if code != errno.EOVERFLOW:  # SEM_VALUE_MAX posts pending: plenty of wakeups to come
-                raise OSError(code, os.strerror(code))
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._libc.sem_close(self._handle)
-            self._handle = None
-
-
 class Doorbell:
     """A named counting semaphore: producers post, one device loop waits and coalesces."""
 
     def __init__(self, name: str, sem: posix_ipc.Semaphore) -> None:
         self.name = name
         self._sem = sem
-        try:
-            self._poster: _GilFreePost | None = _GilFreePost(name)
-        except (OSError, AttributeError):  # no glibc semaphore calls: posix_ipc posts instead
-            self._poster = None
 
     @classmethod
     def create(cls, name: str) -> Doorbell:
@@ -91,9 +47,6 @@ class Doorbell:
             raise RingMissing(f"no doorbell named {name}") from exc
 
     def ring(self) -> None:
-        if self._poster is not None:
-            self._poster.post()
-            return
         try:
             self._sem.release()
         except OSError as exc:
@@ -133,8 +86,6 @@ class Doorbell:
                 return
 
     def close(self) -> None:
-        if self._poster is not None:
-            self._poster.close()
         self._sem.close()
 
     def unlink(self) -> None:
