@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 import h11
+from hypercorn.events import RawData
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,6 @@ _HEAD = "_sie_pending_head"
 
 async def send_h11_event(self: Any, event: Any) -> None:
     """The replacement, bound as a method of hypercorn's H11Protocol (`self`)."""
-    from hypercorn.events import RawData
-
     try:
         data = self.connection.send(event)
     except h11.LocalProtocolError:
