@@ -169,13 +169,26 @@ def test_a_model_whose_queue_stays_deep_gets_a_second_replica(two: TwoDevices) -
     assert ensure_loaded(server, X) != ensure_loaded(server, Y)
     texts = random_texts(200, 30, seed=3, numbered=True)  # batches of 64: the rest waits, deep
     outcome: dict[str, Any] = {}
+    placed = threading.Event()
 
     def send() -> None:
-        outcome["response"] = encode(server.url, X, {"items": [{"text": t} for t in texts]}, as_json=False)
+        # Bursts one after another until the replica is placed: how long one burst keeps the queue
+        # deep depends on the box and the forward's speed, and the frontend looks once a second.
+        while True:
+            outcome["response"] = encode(
+                server.url, X, {"items": [{"text": t} for t in texts]}, as_json=False
+            )
+            if placed.is_set() or outcome["response"].status_code != 200:
+                return
 
     burst = threading.Thread(target=send, daemon=True)
     burst.start()
-    wait_until(lambda: info(server, X)["device"] == "cpu:0,cpu:1", 60, "X on both devices", interval_s=0.1)
+    try:
+        wait_until(
+            lambda: info(server, X)["device"] == "cpu:0,cpu:1", 60, "X on both devices", interval_s=0.1
+        )
+    finally:
+        placed.set()
     burst.join(120)
     response = outcome["response"]
     assert response.status_code == 200, response.text
