@@ -203,7 +203,11 @@ def test_a_client_that_leaves_is_not_computed(server: Server) -> None:
         target=lambda: httpx.post(f"{server.url}/v1/encode/{MINILM}", json=blocker_body, timeout=120)
     )
     blocker.start()
-    wait_until(lambda: metric_sum(server, "sie_requests_in_flight") >= 1, 30, "the blocker is in")
+    # Its items queued on the device, not only its request in the frontend: else the victim's items
+    # can reach the device first and run before the client leaves.
+    wait_until(
+        lambda: metric_sum(server, "sie_pending_items", model=MINILM) >= ITEMS, 30, "the blocker is queued"
+    )
     payload = json.dumps(body(seed=2)).encode()
     victim = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     victim.sendall(
