@@ -11,6 +11,7 @@ from transformers.utils import logging as transformers_logging
 from sie.gpu_proc.adapters.base import load_adapter
 from sie.gpu_proc.attention import configure_attention
 from sie.gpu_proc.batcher import Batcher, token_budget
+from sie.gpu_proc.cpu_load import OthersLoad
 from sie.gpu_proc.device_stats import attach_device_stats
 from sie.gpu_proc.eviction import MemoryManager
 from sie.gpu_proc.inference import InferenceThread
@@ -34,7 +35,9 @@ log = logging.getLogger(__name__)
 def main(settings: Settings, spec: DeviceSpec) -> int:
     configure_logging(settings.log_level, settings.log_format, f"device{spec.index}")
     transformers_logging.disable_progress_bar()  # a progress bar per load is noise in service logs
-    threads = ThreadPolicy(available_cores(), settings.torch_threads) if spec.device == "cpu" else None
+    threads = None
+    if spec.device == "cpu":
+        threads = ThreadPolicy(available_cores(), settings.torch_threads, OthersLoad())
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
     configure_attention(settings.attention_backend)

@@ -15,11 +15,18 @@ counts as heavy). At PARALLEL_MIN_FLOPS or more, about 5 ms of one core here (Mi
 with one short text; the tiny models above never do), the batch gets every core; below it, one
 thread. Timing each forward instead was tried and rejected: under contention the spinning
 threads slow the forward they are part of, so a measured rule talks itself into staying parallel.
+
+A heavy batch gets every core only when other processes leave them free: as many threads as
+cores, less the cores the others kept busy over the last 0.2 s, rounded (sie.gpu_proc.cpu_load,
+which leaves this process's own threads out, so a parallel forward does not count against
+itself). On the 2-core VM that is two threads while the others use under half a core (MiniLM
+at 32 clients: the frontends and the client use about 0.3) and one while frontends decode images.
 An operator's `--torch-threads` is taken as given and never changed.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING
 
@@ -27,16 +34,22 @@ import torch
 
 if TYPE_CHECKING:
     from sie.gpu_proc.adapters.base import Adapter
+    from sie.gpu_proc.cpu_load import OthersLoad
 
 PARALLEL_MIN_FLOPS = 200e6
 HEAVY = float("inf")
 
 
 class ThreadPolicy:
-    def __init__(self, most: int, fixed: int | None = None) -> None:
+    def __init__(self, most: int, fixed: int | None = None, others: OthersLoad | None = None) -> None:
         self._most = max(1, most)
         self._fixed = fixed
-        self._current = torch.get_num_threads()
+        self._others = others
+        # torch.set_num_threads sets OpenMP's count for the calling thread only, and MKL's for the
+        # whole process. A light batch runs on the loop's thread and a heavy one on the inference
+        # thread, so a count is set again when either the thread's or the process's differs.
+        self._thread_count = threading.local()
+        self._process_count = 0
         self._token_flops: weakref.WeakKeyDictionary[Adapter, float] = weakref.WeakKeyDictionary()
         self._set(fixed or self._most)
 
@@ -44,9 +57,15 @@ class ThreadPolicy:
         """Set and return the threads for one forward of `work` tokens (media: items)."""
         if self._fixed is not None:
             return self._fixed
-        threads = 1 if self.is_light(adapter, work, is_media) else self._most
+        threads = 1 if self.is_light(adapter, work, is_media) else self._free_cores()
         self._set(threads)
         return threads
+
+    def _free_cores(self) -> int:
+        busy = self._others.busy_cores() if self._others is not None else None
+        if busy is None:
+            return self._most
+        return max(1, min(self._most, int(self._most - busy + 0.5)))
 
     def is_light(self, adapter: Adapter, work: int, is_media: bool) -> bool:
         """Below PARALLEL_MIN_FLOPS: a forward of a few milliseconds of one core at most."""
@@ -63,9 +82,9 @@ class ThreadPolicy:
         return cached
 
     def _set(self, threads: int) -> None:
-        if threads != self._current:
+        if threads != self._process_count or getattr(self._thread_count, "threads", None) != threads:
             torch.set_num_threads(threads)
-            self._current = threads
+            self._thread_count.threads = self._process_count = threads
 
 
 def linear_weights(holder: object) -> float:

@@ -1,7 +1,13 @@
-"""Intra-op threads per CPU batch: one for a light batch, every core for a heavy one."""
+"""Intra-op threads per CPU batch: one for a light batch, the free cores for a heavy one."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +16,7 @@ import torch
 
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import Adapter
+from sie.gpu_proc.cpu_load import OthersLoad, read_busy_s
 from sie.gpu_proc.runner import Runner
 from sie.gpu_proc.threads import HEAVY, PARALLEL_MIN_FLOPS, ThreadPolicy, linear_weights
 
@@ -71,3 +78,93 @@ def test_the_runner_applies_the_policy(adapter: Adapter, restore_threads: None) 
     torch.set_num_threads(2)
     out = runner.run_dense(adapter, as_batch(random_items(3, seed=1)))
     assert out.shape[0] == 3 and torch.get_num_threads() == 1  # a tiny model: always light
+
+
+def test_each_thread_that_runs_a_batch_gets_the_count_chosen_for_it(
+    adapter: Adapter, restore_threads: None
+) -> None:
+    # OpenMP keeps the count per calling thread: a light batch runs on the device loop's thread,
+    # a heavy one on the inference thread, and one thread's setting must not stand for the other's.
+    policy = ThreadPolicy(most=2)
+    seen: list[int] = []
+    worker = threading.Thread(
+        target=lambda: seen.append(policy.choose(adapter, 1, is_media=False) and torch.get_num_threads())
+    )
+    worker.start()
+    worker.join()
+    assert seen == [1]
+    assert policy.choose(adapter, 1, is_media=False) == 1 and torch.get_num_threads() == 1
+
+
+class FakeLoad:
+    def __init__(self, busy: float | None) -> None:
+        self.busy = busy
+
+    def busy_cores(self) -> float | None:
+        return self.busy
+
+
+@pytest.mark.parametrize(("busy", "threads"), [(None, 2), (0.0, 2), (0.4, 2), (0.6, 1), (1.7, 1)])
+def test_a_heavy_batch_gets_the_cores_other_processes_leave_free(
+    adapter: Adapter, restore_threads: None, busy: float | None, threads: int
+) -> None:
+    policy = ThreadPolicy(most=2, others=FakeLoad(busy))  # type: ignore[arg-type]
+    heavy = int(PARALLEL_MIN_FLOPS // (2 * linear_weights(adapter))) + 1
+    assert policy.choose(adapter, heavy, is_media=False) == threads == torch.get_num_threads()
+    assert policy.choose(adapter, 1, is_media=False) == 1  # a light batch never asks
+
+
+def test_others_load_leaves_this_process_out_and_reads_once_a_window() -> None:
+    clock, busy_s, own_s, reads = [0.0], [100.0], [5.0], [0]
+
+    def read_busy(cpus: frozenset[int]) -> float:
+        reads[0] += 1
+        return busy_s[0]
+
+    load = OthersLoad(frozenset({0, 1}), 0.2, read_busy, lambda: own_s[0], lambda: clock[0])
+    assert load.busy_cores() is None  # no window has passed yet
+    clock[0], busy_s[0], own_s[0] = 0.1, 100.3, 5.1
+    assert load.busy_cores() is None and reads[0] == 1  # inside the window: not even read
+    clock[0], busy_s[0], own_s[0] = 0.5, 101.0, 5.4  # 1.0 s busy on the box, 0.4 s of it ours
+    assert load.busy_cores() == pytest.approx(1.2)  # 0.6 s of others' work in 0.5 s
+    clock[0] = 0.6
+    assert load.busy_cores() == pytest.approx(1.2) and reads[0] == 2
+
+
+def test_others_load_sees_a_busy_process_on_this_box() -> None:
+    if read_busy_s(frozenset(os.sched_getaffinity(0))) is None:
+        pytest.skip("no /proc/stat")
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started and spinning
+        load = OthersLoad(window_s=0.5)
+        time.sleep(0.6)
+        busy = load.busy_cores()
+    finally:
+        burner.kill()
+        burner.wait()
+    assert busy is not None and busy >= 0.6  # the burner takes most of a core, and others add
+
+
+def _mkl_threads() -> int | None:
+    """MKL's process-wide thread count, where this torch build exports it."""
+    try:
+        library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        return int(library.mkl_get_max_threads())
+    except (OSError, AttributeError):
+        return None
+
+
+def test_a_heavy_batch_after_another_threads_light_one_gets_every_core_back(
+    adapter: Adapter, restore_threads: None
+) -> None:
+    # The light batch on another thread set MKL (process-wide) to one thread: the heavy batch on
+    # this thread must set two again, though this thread's own OpenMP count never changed.
+    policy = ThreadPolicy(most=2)
+    heavy = int(PARALLEL_MIN_FLOPS // (2 * linear_weights(adapter))) + 1
+    assert policy.choose(adapter, heavy, is_media=False) == 2
+    worker = threading.Thread(target=lambda: policy.choose(adapter, 1, is_media=False))
+    worker.start()
+    worker.join()
+    assert policy.choose(adapter, heavy, is_media=False) == 2 and torch.get_num_threads() == 2
+    assert _mkl_threads() in (None, 2)
