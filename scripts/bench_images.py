@@ -2,7 +2,7 @@
 Whisper's real-time factor with windows batched against one at a time.
 
     python scripts/bench_images.py [--frontends 2] [--clients 8] [--images-per-request 4]
-                                   [--duration-s 20] [--peer-url URL] [--model-dir DIR]
+                                   [--duration-s 20] [--peer-url URL] [--model-dir DIR] [--rounds 1]
     python scripts/bench_images.py --whisper --whisper-dir DIR [--windows 8]
 
 Images: 32 JPEGs of 640x480 (a colour field with noise, fixed seed), made in memory.
@@ -18,7 +18,9 @@ after another, torch on every core: `raw_images_per_s`.
 sie: `python -m sie serve` with the model preloaded; `--clients` concurrent clients, each posting
 msgpack requests of `--images-per-request` JPEG bytes to /v1/encode: `sie_images_per_s`. With
 `--peer-url` the same load also goes to another server (e.g. the real sie-server started by its
-peer script with this model folder as openai/clip-vit-base-patch32): `peer_images_per_s`.
+peer script with this model folder as openai/clip-vit-base-patch32): `peer_images_per_s`. With
+`--rounds N` the two loads alternate N times and each figure is the median over the rounds
+(`sie_vs_peer` the median of the rounds' ratios), since the box's speed drifts over minutes.
 
 Whisper (`--whisper`): `--windows` 30 s windows of noise to /v1/extract of the Whisper model in
 `--whisper-dir`, first one request per window one after another, then all in one request (one
@@ -229,17 +231,34 @@ def images_bench(args: argparse.Namespace) -> dict[str, Any]:
     models = write_models_dir(root, folder, MODEL_ID, "clip", {"text": True, "image": True})
     extra = ["--models-dir", str(models), "--preload", MODEL_ID]
     server, url, _, _ = start_server(args.frontends, extra, "benchi")
+    sie_rounds: list[dict[str, float]] = []
+    peer_rounds: list[dict[str, float]] = []
     try:
-        sie = load(url, MODEL_ID, images, args)
+        for _ in range(args.rounds):  # alternating, so the box's drift falls on both alike
+            sie_rounds.append(load(url, MODEL_ID, images, args))
+            if args.peer_url:
+                peer_rounds.append(load(args.peer_url, PEER_MODEL_ID, images, args))
     finally:
         stop_server(server)
-    result.update({f"sie_{k}": v for k, v in sie.items()})
-    result["sie_vs_raw"] = round(sie["images_per_s"] / result["raw_images_per_s"], 2)
+    result.update({f"sie_{k}": v for k, v in _median_round(sie_rounds).items()})
+    result["sie_vs_raw"] = round(result["sie_images_per_s"] / result["raw_images_per_s"], 2)
     if args.peer_url:
-        peer = load(args.peer_url, PEER_MODEL_ID, images, args)
-        result.update({f"peer_{k}": v for k, v in peer.items()})
-        result["sie_vs_peer"] = round(sie["images_per_s"] / max(peer["images_per_s"], 1e-9), 2)
+        result.update({f"peer_{k}": v for k, v in _median_round(peer_rounds).items()})
+        pairs = zip(sie_rounds, peer_rounds, strict=True)
+        ratios = [sie["images_per_s"] / max(peer["images_per_s"], 1e-9) for sie, peer in pairs]
+        result["sie_vs_peer"] = round(statistics.median(ratios), 2)
+        if args.rounds > 1:
+            result["sie_vs_peer_rounds"] = [round(r, 2) for r in ratios]
     return result
+
+
+def _median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds (errors summed)."""
+    merged = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    merged["errors"] = sum(r["errors"] for r in rounds)
+    if len(rounds) > 1:
+        merged["images_per_s_rounds"] = [r["images_per_s"] for r in rounds]  # type: ignore[assignment]
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images-per-request", type=int, default=4)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=1, help="alternating sie/peer loads; medians reported")
     parser.add_argument("--model-dir", help="a CLIP weights folder (default: build a small random one)")
     parser.add_argument("--peer-url", help="also load another server serving the model as " + PEER_MODEL_ID)
     parser.add_argument("--whisper", action="store_true", help="measure Whisper's real-time factor instead")

@@ -60,10 +60,6 @@ class OthersLoad:
         self._last = self._sample()
         self._busy_cores: float | None = None
 
-    @property
-    def cores(self) -> int:
-        return len(self._cpus)
-
     def busy_cores(self) -> float | None:
         """Other processes' busy cores over the last completed window; None until one completes,
         or where the system does not tell."""

@@ -20,7 +20,7 @@ A heavy batch gets every core only when other processes leave them free: as many
 cores, less the cores the others kept busy over the last 0.2 s, rounded (sie.gpu_proc.cpu_load,
 which leaves this process's own threads out, so a parallel forward does not count against
 itself). On the 2-core VM that is two threads while the others use under half a core (MiniLM
-at 32 clients: the frontends and the client use about 0.3) and one while frontends decode images.
+at 32 clients: the frontends and the client use 0.04-0.23) and one while frontends decode images.
 An operator's `--torch-threads` is taken as given and never changed.
 """
 
