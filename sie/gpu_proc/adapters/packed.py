@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -30,11 +31,21 @@ MIN_GROUP_ITEMS = 8
 
 
 @dataclass(frozen=True, slots=True)
+class AttentionGroup:
+    """Sequences of similar length attended as one padded block."""
+
+    index: torch.Tensor  # long [g, Lg]: stream rows, the stream's length (a zero row) on padding
+    keys: torch.Tensor  # bool [g, Lg]: which positions may be attended to
+    real: torch.Tensor  # bool [g, Lg]: which positions are tokens, not padding
+    rows: torch.Tensor  # long: index[real], where the block's results go back in the stream
+
+
+@dataclass(frozen=True, slots=True)
 class Packing:
     """Where each item's tokens sit in the flat stream, and the attention groups over them."""
 
     valid: torch.Tensor  # bool [n, L]: real (computed) tokens of the padded input
-    groups: list[tuple[torch.Tensor, torch.Tensor]]  # (index [g, Lg] into stream+1 pad row, key mask)
+    groups: list[AttentionGroup]
     # Every item as long as the input and attending to every token (one item, or equal lengths):
     # the stream is the input itself, and attention needs no gather, scatter or mask.
     uniform: bool = False
@@ -125,40 +136,49 @@ class PackedEncoder:
             return out.transpose(1, 2).reshape(n * length, width)
         qkv = torch.cat([qkv, qkv.new_zeros(1, 3, width)])
         context = hidden.new_empty(hidden.shape)
-        for index, key_mask in packing.groups:
-            g, length = index.shape
-            block = qkv[index].view(g, length, 3, self._heads, head_dim)
+        for group in packing.groups:
+            g, length = group.index.shape
+            block = qkv[group.index].view(g, length, 3, self._heads, head_dim)
             q, k, v = (block[:, :, i].transpose(1, 2) for i in range(3))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :])
-            real = index < len(hidden)
-            context[index[real]] = out.transpose(1, 2).reshape(g, length, width)[real]
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.keys[:, None, None, :])
+            context[group.rows] = out.transpose(1, 2).reshape(g, length, width)[group.real]
         return context
 
 
 def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: torch.device) -> Packing:
-    """The flat layout of a right-padded batch and its attention groups (sorted by length)."""
+    """The flat layout of a right-padded batch and its attention groups (sorted by length).
+
+    Built with numpy and moved over once per tensor: a few dozen tiny torch operations per batch
+    cost more than a one-layer model's forward.
+    """
     n = len(lengths)
     if key_mask is None and min(lengths) == width:
         return Packing(torch.ones((n, width), dtype=torch.bool, device=device), [], uniform=True)
-    lengths_t = torch.tensor(lengths, device=device)
-    valid = torch.arange(width, device=device)[None, :] < lengths_t[:, None]
-    starts = torch.zeros(n, dtype=torch.long, device=device)
-    if n > 1:
-        starts[1:] = torch.cumsum(lengths_t, 0)[:-1]
-    total = int(lengths_t.sum())
-    flat_keys = key_mask.bool()[valid] if key_mask is not None else None
-    order = sorted(range(n), key=lambda i: lengths[i])
+    sizes = np.asarray(lengths, np.int64)
+    valid = np.arange(width)[None, :] < sizes[:, None]
+    starts = np.zeros(n, np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    total = int(sizes.sum())
+    valid_t = _to(valid, device)
+    flat_keys = None
+    if key_mask is not None:  # one zero past the end: what padding positions gather
+        keys_in_stream = key_mask.bool()[valid_t]
+        flat_keys = torch.cat([keys_in_stream, keys_in_stream.new_zeros(1)])
+    order = np.argsort(sizes, kind="stable")
     groups = []
-    for members in _groups([lengths[i] for i in order], MAX_GROUP_WASTE):
-        items = [order[j] for j in members]
-        longest = max(lengths[i] for i in items)
-        offsets = torch.arange(longest, device=device)
-        member_lengths = lengths_t[items]
-        inside = offsets[None, :] < member_lengths[:, None]
-        index = torch.where(inside, starts[items][:, None] + offsets[None, :], total)
-        keys = inside if flat_keys is None else inside & torch.cat([flat_keys, flat_keys.new_zeros(1)])[index]
-        groups.append((index, keys))
-    return Packing(valid, groups)
+    for members in _groups(sizes[order].tolist(), MAX_GROUP_WASTE):
+        items = order[members]
+        offsets = np.arange(sizes[items].max())
+        real = offsets[None, :] < sizes[items][:, None]
+        index = np.where(real, starts[items][:, None] + offsets[None, :], total)
+        index_t, real_t = _to(index, device), _to(real, device)
+        keys = real_t if flat_keys is None else real_t & flat_keys[index_t]
+        groups.append(AttentionGroup(index_t, keys, real_t, _to(index[real], device)))
+    return Packing(valid_t, groups)
+
+
+def _to(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(array).to(device)
 
 
 def _groups(sorted_lengths: list[int], max_waste: float, min_items: int = MIN_GROUP_ITEMS) -> list[list[int]]:
