@@ -252,12 +252,12 @@ def images_bench(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _median_round(rounds: list[dict[str, float]]) -> dict[str, float]:
+def _median_round(rounds: list[dict[str, float]]) -> dict[str, Any]:
     """Each figure's median over the rounds (errors summed)."""
-    merged = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    merged: dict[str, Any] = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     merged["errors"] = sum(r["errors"] for r in rounds)
     if len(rounds) > 1:
-        merged["images_per_s_rounds"] = [r["images_per_s"] for r in rounds]  # type: ignore[assignment]
+        merged["images_per_s_rounds"] = [r["images_per_s"] for r in rounds]
     return merged
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 WINDOW_S = 0.2
-_USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_USER_HZ = os.sysconf("SC_CLK_TCK")
 
 
 def read_busy_s(cpus: frozenset[int]) -> float | None:

@@ -26,7 +26,6 @@ An operator's `--torch-threads` is taken as given and never changed.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import TYPE_CHECKING
 
@@ -45,11 +44,6 @@ class ThreadPolicy:
         self._most = max(1, most)
         self._fixed = fixed
         self._others = others
-        # torch.set_num_threads sets OpenMP's count for the calling thread only, and MKL's for the
-        # whole process. A light batch runs on the loop's thread and a heavy one on the inference
-        # thread, so a count is set again when either the thread's or the process's differs.
-        self._thread_count = threading.local()
-        self._process_count = 0
         self._token_flops: weakref.WeakKeyDictionary[Adapter, float] = weakref.WeakKeyDictionary()
         self._set(fixed or self._most)
 
@@ -81,10 +75,14 @@ class ThreadPolicy:
             cached = self._token_flops[adapter] = 2.0 * linear_weights(adapter)
         return cached
 
-    def _set(self, threads: int) -> None:
-        if threads != self._process_count or getattr(self._thread_count, "threads", None) != threads:
+    @staticmethod
+    def _set(threads: int) -> None:
+        # Asked of the calling thread every time, not remembered. The count is per thread (a light
+        # batch runs on the loop's thread, a heavy one on the inference thread), and torch gives a
+        # thread the count last set by any thread when it first does parallel work, replacing
+        # what that thread had set before.
+        if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
-            self._thread_count.threads = self._process_count = threads
 
 
 def linear_weights(holder: object) -> float:
