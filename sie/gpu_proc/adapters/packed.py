@@ -34,9 +34,9 @@ MIN_GROUP_ITEMS = 8
 class AttentionGroup:
     """Sequences of similar length attended as one padded block."""
 
-    index: torch.Tensor  # long [g, Lg]: stream rows, the stream's length (a zero row) on padding
+    index: torch.Tensor  # long [g * Lg]: stream rows, the stream's length (a zero row) on padding
     keys: torch.Tensor  # bool [g, Lg]: which positions may be attended to
-    real: torch.Tensor  # bool [g, Lg]: which positions are tokens, not padding
+    real: torch.Tensor  # long: the block's token positions in its flattened [g * Lg] rows
     rows: torch.Tensor  # long: index[real], where the block's results go back in the stream
 
 
@@ -44,11 +44,18 @@ class AttentionGroup:
 class Packing:
     """Where each item's tokens sit in the flat stream, and the attention groups over them."""
 
-    valid: torch.Tensor  # bool [n, L]: real (computed) tokens of the padded input
+    shape: tuple[int, int]  # [n, L] of the padded input
     groups: list[AttentionGroup]
-    # Every item as long as the input and attending to every token (one item, or equal lengths):
-    # the stream is the input itself, and attention needs no gather, scatter or mask.
-    uniform: bool = False
+    # The real (computed) tokens as rows of the flattened [n * L] input, and their positions in
+    # their item: a gather by a long index costs a third of a boolean mask's, which finds it anew.
+    # None when every item is as long as the input and attends to every token (one item, or equal
+    # lengths): the stream is the input itself, and attention needs no gather, scatter or mask.
+    tokens: torch.Tensor | None
+    positions: torch.Tensor | None
+
+    @property
+    def uniform(self) -> bool:
+        return self.tokens is None
 
 
 class PackedEncoder:
@@ -88,26 +95,31 @@ class PackedEncoder:
         them the others may attend to (ColBERT's query expansion computes tokens nobody attends to).
         """
         packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
-        flat = self._embed(input_ids, token_type_ids, None if packing.uniform else packing.valid)
+        flat = self._embed(input_ids, token_type_ids, packing)
         for layer in self._base.encoder.layer:
             flat = self._layer(layer, flat, packing)
         if packing.uniform:
             return flat.view(*input_ids.shape, flat.shape[-1])
-        out = flat.new_zeros((*input_ids.shape, flat.shape[-1]))
-        out[packing.valid] = flat
-        return out
+        out = flat.new_zeros((input_ids.numel(), flat.shape[-1]))
+        out.index_copy_(0, packing.tokens, flat)
+        return out.view(*input_ids.shape, flat.shape[-1])
 
     def _embed(
-        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, valid: torch.Tensor | None
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, packing: Packing
     ) -> torch.Tensor:
-        """The embedded stream of the `valid` tokens ([n, L] bool; None: every token)."""
+        """The embedded stream of the packing's tokens (every token when it is uniform)."""
         embeddings = self._base.embeddings
+        tokens = packing.tokens
 
         def stream(t: torch.Tensor) -> torch.Tensor:
-            return t.reshape(-1) if valid is None else t[valid]
+            flat = t.reshape(-1)
+            return flat if tokens is None else flat.index_select(0, tokens)
 
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        flat_positions = stream(positions) + self._position_offset
+        if packing.positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+            flat_positions = positions.reshape(-1) + self._position_offset
+        else:
+            flat_positions = packing.positions + self._position_offset
         types = stream(token_type_ids) if token_type_ids is not None else torch.zeros_like(flat_positions)
         hidden = embeddings.word_embeddings(stream(input_ids))
         hidden = (
@@ -126,22 +138,28 @@ class PackedEncoder:
         width = hidden.shape[-1]
         head_dim = width // self._heads
         projections = (self_attention.query, self_attention.key, self_attention.value)
+        if packing.uniform:
+            n, length = packing.shape
+            q, k, v = (
+                proj(hidden).view(n, length, self._heads, head_dim).transpose(1, 2) for proj in projections
+            )
+            out = F.scaled_dot_product_attention(q, k, v)
+            return out.transpose(1, 2).reshape(n * length, width)
         # One [T + 1, 3, width] tensor, so each group takes q, k and v with a single gather; row T
         # is zeros, what padding positions gather.
-        qkv = torch.stack([proj(hidden) for proj in projections], dim=1)
-        if packing.uniform:
-            n, length = packing.valid.shape
-            q, k, v = qkv.view(n, length, 3, self._heads, head_dim).unbind(2)
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-            return out.transpose(1, 2).reshape(n * length, width)
-        qkv = torch.cat([qkv, qkv.new_zeros(1, 3, width)])
+        tokens = hidden.shape[0]
+        qkv = hidden.new_empty((tokens + 1, 3, width))
+        qkv[tokens] = 0
+        for i, proj in enumerate(projections):
+            qkv[:tokens, i] = proj(hidden)
         context = hidden.new_empty(hidden.shape)
         for group in packing.groups:
-            g, length = group.index.shape
-            block = qkv[group.index].view(g, length, 3, self._heads, head_dim)
+            g, length = group.keys.shape
+            block = qkv.index_select(0, group.index).view(g, length, 3, self._heads, head_dim)
             q, k, v = (block[:, :, i].transpose(1, 2) for i in range(3))
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.keys[:, None, None, :])
-            context[group.rows] = out.transpose(1, 2).reshape(g, length, width)[group.real]
+            block_rows = out.transpose(1, 2).reshape(g * length, width).index_select(0, group.real)
+            context.index_copy_(0, group.rows, block_rows)
         return context
 
 
@@ -153,16 +171,17 @@ def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: 
     """
     n = len(lengths)
     if key_mask is None and min(lengths) == width:
-        return Packing(torch.ones((n, width), dtype=torch.bool, device=device), [], uniform=True)
+        return Packing((n, width), [], None, None)
     sizes = np.asarray(lengths, np.int64)
     valid = np.arange(width)[None, :] < sizes[:, None]
     starts = np.zeros(n, np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
     total = int(sizes.sum())
-    valid_t = _to(valid, device)
+    tokens = np.flatnonzero(valid)
+    tokens_t = _to(tokens, device)
     flat_keys = None
     if key_mask is not None:  # one zero past the end: what padding positions gather
-        keys_in_stream = key_mask.bool()[valid_t]
+        keys_in_stream = key_mask.bool().reshape(-1).index_select(0, tokens_t)
         flat_keys = torch.cat([keys_in_stream, keys_in_stream.new_zeros(1)])
     order = np.argsort(sizes, kind="stable")
     groups = []
@@ -173,8 +192,9 @@ def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: 
         index = np.where(real, starts[items][:, None] + offsets[None, :], total)
         index_t, real_t = _to(index, device), _to(real, device)
         keys = real_t if flat_keys is None else real_t & flat_keys[index_t]
-        groups.append(AttentionGroup(index_t, keys, real_t, _to(index[real], device)))
-    return Packing(valid_t, groups)
+        real_rows, rows = _to(np.flatnonzero(real), device), _to(index[real], device)
+        groups.append(AttentionGroup(index_t.reshape(-1), keys, real_rows, rows))
+    return Packing((n, width), groups, tokens_t, _to(tokens % width, device))
 
 
 def _to(array: np.ndarray, device: torch.device) -> torch.Tensor:
