@@ -11,7 +11,9 @@ that costs little CPU) sends one 10-40-word JSON item per request over keep-aliv
 In the same run it measures the bare HTTP stack (scripts/_bare_stack.py: Starlette on hypercorn,
 2 workers, msgspec decode + tokenize + a fixed JSON reply) as the ceiling, with the asyncio loop
 and with uvloop. For sie it reports the CPU time each process kind spent per request (from /proc):
-device microseconds per item and frontend microseconds per request.
+device microseconds per item and frontend microseconds per request; for the bare stack its
+workers' microseconds per request, the floor under a frontend's figure (a frontend does all the
+bare stack does, and more).
 
 The last stdout line is one JSON object with every figure.
 """
@@ -160,7 +162,12 @@ def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace,
         _wait_for_port(port)
         script = wrk_script(Path(tempfile.mkdtemp()) / "bare.lua", bodies, f"/v1/encode/{MINILM}")
         run_wrk(url, script, 3, args.connections)  # warm-up
-        return run_wrk(url, script, args.duration_s, args.connections)
+        workers = [pid for pid, role in server_pids(process.pid).items() if role != "supervisor"]
+        before = sum(cpu_seconds(pid) for pid in workers)
+        result = run_wrk(url, script, args.duration_s, args.connections)
+        spent = sum(cpu_seconds(pid) for pid in workers) - before
+        result["worker_us_per_request"] = round(spent / max(result["requests"], 1) * 1e6, 1)
+        return result
     finally:
         process.terminate()
         process.wait(30)
