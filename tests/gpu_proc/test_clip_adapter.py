@@ -16,6 +16,7 @@ from sie.frontend.media.images import decode_image, preprocess
 from sie.frontend.tokenize import TextTokenizer
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.clip import ClipAdapter
+from sie.gpu_proc.adapters.patches import FoldedPatchEmbedding
 from sie.media_config import image_spec
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, OutputMask, TokenBatch
@@ -101,6 +102,13 @@ def test_image_embeddings_match_transformers(
 ) -> None:
     got = dense(adapters[arch], image_request(folders[arch], IMAGES))
     assert_cosine(got, reference_image_features(folders[arch], IMAGES))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_float32_image_tower_folds_the_normalization(adapters: dict[str, Any], arch: str) -> None:
+    # So the comparison above covers the folded path, which CPU models take.
+    embeddings = adapters[arch]._live().vision_model.embeddings
+    assert isinstance(embeddings.patch_embedding, FoldedPatchEmbedding)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

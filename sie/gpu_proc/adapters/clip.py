@@ -2,7 +2,8 @@
 
 A text batch goes through `get_text_features`, an image batch through `get_image_features` (the
 batcher never mixes them), both projected and not normalized (the frontend normalizes, as for
-dense). Pixels arrive resized and cropped; normalization to the model's mean and std runs here.
+dense). Pixels arrive resized and cropped; normalization to the model's mean and std runs here,
+folded into the patch embedding's weights for a float32 model (`patches.py`).
 SigLIP's text tower pools the last position and was trained on text padded to its full length
 without an attention mask, so its text is padded that way (as its processor's `padding="max_length"`).
 """
@@ -16,6 +17,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import HeldModel, load_model, rows_output
+from sie.gpu_proc.adapters.patches import Scratch, fold_into
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.threads import linear_weights_of
 from sie.media_config import ImageSpec, image_spec
@@ -68,6 +70,8 @@ class ClipAdapter(HeldModel):
         self.is_siglip = "siglip" in str(model.config.model_type)
         self._text_length = int(text_config.max_position_embeddings)
         self._normalizer = PixelNormalizer(spec, self.device)
+        self._folded = fold_into(model.vision_model.embeddings, spec)
+        self._received = Scratch()  # the batch's pixels in the model's dtype, reused (see patches.py)
         vision = [model.vision_model, getattr(model, "visual_projection", None)]
         self.media_flops_per_item = image_flops(model.config.vision_config, *[m for m in vision if m])
 
@@ -84,10 +88,18 @@ class ClipAdapter(HeldModel):
         model = self._live()
         with torch.inference_mode():
             if inputs.pixels is not None:
-                features = model.get_image_features(pixel_values=self._normalizer(inputs.pixels, self.dtype))
+                features = model.get_image_features(pixel_values=self._pixel_values(inputs.pixels))
             else:
                 features = model.get_text_features(**self._text_inputs(inputs))
         return {ResultKind.DENSE: rows_output(ResultKind.DENSE, _pooled(features))}
+
+    def _pixel_values(self, pixels: torch.Tensor) -> torch.Tensor:
+        """[n, 3, H, W] for the vision tower: as received where the patch embedding folds the
+        normalization in (a view of the [n, H, W, 3] pixels), else normalized."""
+        if self._folded:
+            received = self._received.take(tuple(pixels.shape), self.dtype, pixels.device)
+            return received.copy_(pixels).permute(0, 3, 1, 2)
+        return self._normalizer(pixels, self.dtype)
 
     def _text_inputs(self, inputs: ForwardInputs) -> dict[str, torch.Tensor]:
         if not self.is_siglip:
