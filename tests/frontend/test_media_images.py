@@ -21,7 +21,7 @@ from sie.media_config import ImageSpec, image_spec
 from tests import media_samples as samples
 
 LIMIT = 50_000_000
-SIZES = [(640, 480), (480, 640), (97, 33), (64, 64), (20, 10), (1, 300)]
+SIZES = [(640, 480), (480, 640), (97, 33), (64, 64), (20, 10), (1, 300), (1000, 290), (333, 250)]
 
 
 def processors() -> dict[str, tuple[Any, str]]:

@@ -91,11 +91,30 @@ def preprocess(image: Image.Image, spec: ImageSpec) -> np.ndarray:
     if spec.kind == "owlv2":
         return _owlv2(image, spec)
     if spec.do_resize:
-        image = image.resize(_resized_wh(image, spec), resample=spec.resample)
+        image = _resize(image, spec)
     pixels = np.asarray(image, np.uint8)
     if spec.do_center_crop:
         pixels = center_crop(pixels, spec.height, spec.width)
     return pixels
+
+
+def _resize(image: Image.Image, spec: ImageSpec) -> Image.Image:
+    """The processor's resize, less the columns its centre crop will drop where that is exact.
+
+    Pillow resizes in two passes, rows first into a uint8 image, then each column on its own. Run
+    apart, with the columns the crop drops cut between them, the kept columns come out bit for bit
+    as a whole resize gives them (tested against the image processor), and the column pass does
+    less work: a 640x480 photo 5.45 -> 4.98 ms here. Rows cannot be cut that way: the row pass
+    comes first, and cutting its input would move the filter's positions.
+    """
+    width, height = _resized_wh(image, spec)
+    dropped = width - spec.width
+    if not spec.do_center_crop or dropped <= 0 or height == image.height:
+        return image.resize((width, height), resample=spec.resample)
+    left = dropped // 2  # where transformers' centre crop starts
+    rows = image.resize((width, image.height), resample=spec.resample)
+    kept = rows.crop((left, 0, left + spec.width, image.height))
+    return kept.resize((spec.width, height), resample=spec.resample)
 
 
 def _resized_wh(image: Image.Image, spec: ImageSpec) -> tuple[int, int]:
