@@ -16,7 +16,9 @@ Raw pipeline (measured first, while no server runs): in this process, `PIL.Image
 after another, torch on every core: `raw_images_per_s`.
 
 sie: `python -m sie serve` with the model preloaded; `--clients` concurrent clients, each posting
-msgpack requests of `--images-per-request` JPEG bytes to /v1/encode: `sie_images_per_s`. With
+msgpack requests of `--images-per-request` JPEG bytes to /v1/encode: `sie_images_per_s`, and the
+CPU time its frontends and its device spent per image (`sie_frontend_ms_per_image`,
+`sie_device_ms_per_image`, from /proc, warm-up included on both sides of the division). With
 `--peer-url` the same load also goes to another server (e.g. the real sie-server started by its
 peer script with this model folder as openai/clip-vit-base-patch32): `peer_images_per_s`. With
 `--rounds N` the two loads alternate N times and each figure is the median over the rounds
@@ -46,7 +48,7 @@ from typing import Any
 import httpx
 import msgpack
 import numpy as np
-from _server import start_server, stop_server
+from _server import cpu_seconds, server_pids, start_server, stop_server
 
 MODEL_ID = "bench/clip"
 PEER_MODEL_ID = "openai/clip-vit-base-patch32"
@@ -146,6 +148,7 @@ def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) ->
     ]
     latencies: list[float] = []
     errors = [0]
+    answered = [0]  # warm-up included: what the server's CPU time was spent on
     lock = threading.Lock()
     deadline = time.monotonic() + args.warmup_s + args.duration_s
     measure_from = time.monotonic() + args.warmup_s
@@ -163,8 +166,10 @@ def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) ->
                 with lock:
                     if response.status_code != 200:
                         errors[0] += 1
-                    elif now >= measure_from:
-                        latencies.append(time.monotonic() - now)
+                    else:
+                        answered[0] += 1
+                        if now >= measure_from:
+                            latencies.append(time.monotonic() - now)
 
     threads = [threading.Thread(target=client, args=(seed,)) for seed in range(args.clients)]
     for thread in threads:
@@ -176,7 +181,28 @@ def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) ->
         "images_per_s": round(images_done / args.duration_s, 1),
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
         "errors": errors[0],
+        "images_answered": answered[0] * args.images_per_request,
     }
+
+
+def load_with_cpu(
+    url: str, images: list[bytes], args: argparse.Namespace, roles: dict[int, str]
+) -> dict[str, float]:
+    """`load` on sie, plus the CPU time its frontends and its device spent per image (from /proc)."""
+    before = _cpu_by_role(roles)
+    result = load(url, MODEL_ID, images, args)
+    after = _cpu_by_role(roles)
+    answered = max(result.pop("images_answered"), 1)
+    for role in ("frontend", "device"):
+        result[f"{role}_ms_per_image"] = round((after[role] - before[role]) / answered * 1000, 2)
+    return result
+
+
+def _cpu_by_role(roles: dict[int, str]) -> dict[str, float]:
+    spent = {"frontend": 0.0, "device": 0.0}
+    for pid, role in roles.items():
+        spent[role] = spent.get(role, 0.0) + cpu_seconds(pid)
+    return spent
 
 
 def whisper_rtf(args: argparse.Namespace) -> dict[str, Any]:
@@ -231,13 +257,16 @@ def images_bench(args: argparse.Namespace) -> dict[str, Any]:
     models = write_models_dir(root, folder, MODEL_ID, "clip", {"text": True, "image": True})
     extra = ["--models-dir", str(models), "--preload", MODEL_ID]
     server, url, _, _ = start_server(args.frontends, extra, "benchi")
+    roles = server_pids(server.pid)
     sie_rounds: list[dict[str, float]] = []
     peer_rounds: list[dict[str, float]] = []
     try:
         for _ in range(args.rounds):  # alternating, so the box's drift falls on both alike
-            sie_rounds.append(load(url, MODEL_ID, images, args))
+            sie_rounds.append(load_with_cpu(url, images, args, roles))
             if args.peer_url:
-                peer_rounds.append(load(args.peer_url, PEER_MODEL_ID, images, args))
+                peer = load(args.peer_url, PEER_MODEL_ID, images, args)
+                peer.pop("images_answered")
+                peer_rounds.append(peer)
     finally:
         stop_server(server)
     result.update({f"sie_{k}": v for k, v in _median_round(sie_rounds).items()})
