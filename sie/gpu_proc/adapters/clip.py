@@ -94,8 +94,9 @@ class ClipAdapter(HeldModel):
         return {ResultKind.DENSE: rows_output(ResultKind.DENSE, _pooled(features))}
 
     def _pixel_values(self, pixels: torch.Tensor) -> torch.Tensor:
-        """[n, 3, H, W] for the vision tower: as received where the patch embedding folds the
-        normalization in (a view of the [n, H, W, 3] pixels), else normalized."""
+        """[n, 3, H, W] for the vision tower: where the patch embedding folds the normalization
+        in, the received values in the model's dtype (a reused buffer, channels last), else
+        normalized. One forward runs at a time, so the buffer is never shared."""
         if self._folded:
             received = self._received.take(tuple(pixels.shape), self.dtype, pixels.device)
             return received.copy_(pixels).permute(0, 3, 1, 2)
