@@ -85,3 +85,12 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(roles: dict[int, str], since: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds per role of a `server_pids` map, summed over its processes; less `since` (an
+    earlier reading of the same map) when given."""
+    spent = dict.fromkeys(roles.values(), 0.0)
+    for pid, role in roles.items():
+        spent[role] += cpu_seconds(pid)
+    return {role: seconds - (since or {}).get(role, 0.0) for role, seconds in spent.items()}

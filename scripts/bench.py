@@ -53,7 +53,7 @@ from typing import Any
 
 import msgpack
 from _raw_model import measure_raw  # scripts/ is on sys.path when run as a script
-from _server import cpu_seconds, server_pids, start_server, stop_server
+from _server import cpu_by_role, server_pids, start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT_CORPUS = REPO / "data" / "beir-scifact" / "corpus.jsonl"  # README: Retrieval quality
@@ -396,16 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_first_response(url, args, requests[0])
         pids = server_pids(process.pid) if process else {}
-        cpu_before = {pid: cpu_seconds(pid) for pid in pids}
+        cpu_before = cpu_by_role(pids)
         client_cpu = time.process_time()
         load_before = os.getloadavg()[0]
         load_wall_s = time.perf_counter()
         stats, elapsed = asyncio.run(run_load(url, args, bodies))
         load_wall_s = time.perf_counter() - load_wall_s
         client_cpu = time.process_time() - client_cpu
-        cpu = {role: 0.0 for role in set(pids.values())}
-        for pid, role in pids.items():
-            cpu[role] += cpu_seconds(pid) - cpu_before[pid]
+        cpu = cpu_by_role(pids, since=cpu_before)
     finally:
         code = stop_server(process) if process else None
     result.update(summarize(stats, elapsed))

@@ -48,7 +48,7 @@ from typing import Any
 import httpx
 import msgpack
 import numpy as np
-from _server import cpu_seconds, server_pids, start_server, stop_server
+from _server import cpu_by_role, server_pids, start_server, stop_server
 
 MODEL_ID = "bench/clip"
 PEER_MODEL_ID = "openai/clip-vit-base-patch32"
@@ -189,20 +189,13 @@ def load_with_cpu(
     url: str, images: list[bytes], args: argparse.Namespace, roles: dict[int, str]
 ) -> dict[str, float]:
     """`load` on sie, plus the CPU time its frontends and its device spent per image (from /proc)."""
-    before = _cpu_by_role(roles)
+    before = cpu_by_role(roles)
     result = load(url, MODEL_ID, images, args)
-    after = _cpu_by_role(roles)
-    answered = max(result.pop("images_answered"), 1)
+    spent = cpu_by_role(roles, since=before)
+    answered = max(result["images_answered"], 1)
     for role in ("frontend", "device"):
-        result[f"{role}_ms_per_image"] = round((after[role] - before[role]) / answered * 1000, 2)
+        result[f"{role}_ms_per_image"] = round(spent.get(role, 0.0) / answered * 1000, 2)
     return result
-
-
-def _cpu_by_role(roles: dict[int, str]) -> dict[str, float]:
-    spent = {"frontend": 0.0, "device": 0.0}
-    for pid, role in roles.items():
-        spent[role] = spent.get(role, 0.0) + cpu_seconds(pid)
-    return spent
 
 
 def whisper_rtf(args: argparse.Namespace) -> dict[str, Any]:
@@ -264,9 +257,7 @@ def images_bench(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.rounds):  # alternating, so the box's drift falls on both alike
             sie_rounds.append(load_with_cpu(url, images, args, roles))
             if args.peer_url:
-                peer = load(args.peer_url, PEER_MODEL_ID, images, args)
-                peer.pop("images_answered")
-                peer_rounds.append(peer)
+                peer_rounds.append(load(args.peer_url, PEER_MODEL_ID, images, args))
     finally:
         stop_server(server)
     result.update({f"sie_{k}": v for k, v in _median_round(sie_rounds).items()})

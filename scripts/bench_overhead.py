@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _server import REPO, cpu_seconds, free_port, server_pids, start_server, stop_server
+from _server import REPO, cpu_by_role, free_port, server_pids, start_server, stop_server
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 WORDS = [
@@ -162,11 +162,12 @@ def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace,
         _wait_for_port(port)
         script = wrk_script(Path(tempfile.mkdtemp()) / "bare.lua", bodies, f"/v1/encode/{MINILM}")
         run_wrk(url, script, 3, args.connections)  # warm-up
-        workers = [pid for pid, role in server_pids(process.pid).items() if role != "supervisor"]
-        before = sum(cpu_seconds(pid) for pid in workers)
+        roles = server_pids(process.pid)
+        before = cpu_by_role(roles)
         result = run_wrk(url, script, args.duration_s, args.connections)
-        spent = sum(cpu_seconds(pid) for pid in workers) - before
-        result["worker_us_per_request"] = round(spent / max(result["requests"], 1) * 1e6, 1)
+        spent = cpu_by_role(roles, since=before)
+        workers = sum(seconds for role, seconds in spent.items() if role != "supervisor")
+        result["worker_us_per_request"] = round(workers / max(result["requests"], 1) * 1e6, 1)
         return result
     finally:
         process.terminate()
@@ -194,13 +195,11 @@ def measure_sie(bodies: list[bytes], models_dir: Path, args: argparse.Namespace)
         run_wrk(url, script, 3, args.connections)  # warm-up: tokenizer caches, allocator, JIT-less paths
         roles = server_pids(process.pid)
         profilers = start_profiles(roles, args.profile, args.duration_s) if args.profile else []
-        before = {pid: cpu_seconds(pid) for pid in roles}
+        before = cpu_by_role(roles)
         result = run_wrk(url, script, args.duration_s, args.connections)
         for profiler in profilers:
             profiler.wait(30)
-        spent: dict[str, float] = {}
-        for pid, role in roles.items():
-            spent[role] = spent.get(role, 0.0) + cpu_seconds(pid) - before[pid]
+        spent = cpu_by_role(roles, since=before)
         n = max(result["requests"], 1)
         result["device_us_per_item"] = round(spent.get("device", 0.0) / n * 1e6, 1)
         result["frontend_us_per_request"] = round(spent.get("frontend", 0.0) / n * 1e6, 1)

@@ -69,8 +69,9 @@ class ClipAdapter(HeldModel):
         self.pad_token_id = int(text_config.pad_token_id or 0)
         self.is_siglip = "siglip" in str(model.config.model_type)
         self._text_length = int(text_config.max_position_embeddings)
-        self._normalizer = PixelNormalizer(spec, self.device)
-        self._folded = fold_into(model.vision_model.embeddings, spec)
+        # None where the patch embedding folds the normalization in (float32 models, patches.py).
+        folded = fold_into(model.vision_model.embeddings, spec)
+        self._normalizer = None if folded else PixelNormalizer(spec, self.device)
         self._received = Scratch()  # the batch's pixels in the model's dtype, reused (see patches.py)
         vision = [model.vision_model, getattr(model, "visual_projection", None)]
         self.media_flops_per_item = image_flops(model.config.vision_config, *[m for m in vision if m])
@@ -97,10 +98,10 @@ class ClipAdapter(HeldModel):
         """[n, 3, H, W] for the vision tower: where the patch embedding folds the normalization
         in, the received values in the model's dtype (a reused buffer, channels last), else
         normalized. One forward runs at a time, so the buffer is never shared."""
-        if self._folded:
-            received = self._received.take(tuple(pixels.shape), self.dtype, pixels.device)
-            return received.copy_(pixels).permute(0, 3, 1, 2)
-        return self._normalizer(pixels, self.dtype)
+        if self._normalizer is not None:
+            return self._normalizer(pixels, self.dtype)
+        received = self._received.take(tuple(pixels.shape), self.dtype, pixels.device)
+        return received.copy_(pixels).permute(0, 3, 1, 2)
 
     def _text_inputs(self, inputs: ForwardInputs) -> dict[str, torch.Tensor]:
         if not self.is_siglip:

@@ -89,7 +89,7 @@ class Scratch:
             return torch.empty(shape, dtype=dtype, device=device)
         size = math.prod(shape)
         held = self._storage
-        if held is None or held.numel() < size or held.dtype != dtype or held.device != device:
+        if held is None or held.numel() < size or held.dtype != dtype:
             held = self._storage = torch.empty(size, dtype=dtype, device=device)
         return held[:size].view(shape)
 
