@@ -46,6 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_image_pixels: int = 50_000_000
     max_images_per_item: int = 16
     max_audio_seconds: float = 600.0
+    media_threads: int = 2
     # Model lifecycle and device memory (sie.gpu_proc.memory); names follow SIE's where it has one.
     memory_pressure_threshold_percent: float = 85.0
     device_memory_bytes: int | None = None
@@ -110,6 +111,7 @@ HELP: dict[str, str] = {
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",
     "max_audio_seconds": "longest audio one item may carry",
+    "media_threads": "threads per frontend that decode images and audio (more contend for the GIL)",
     "memory_pressure_threshold_percent": "evict the least recently used model when a device's memory "
     "use would cross this share of its capacity",
     "device_memory_bytes": "treat each device as having this many bytes (default: measured; set it to "
@@ -202,6 +204,8 @@ def _validate(settings: Settings) -> None:
         raise ValueError("drain_delay_s must be >= 0")
     if min(settings.max_image_pixels, settings.max_images_per_item, settings.max_audio_seconds) <= 0:
         raise ValueError("image and audio limits must be positive")
+    if settings.media_threads < 1:
+        raise ValueError("media_threads must be at least 1")
     if not 0 < settings.memory_pressure_threshold_percent <= 100:
         raise ValueError("memory_pressure_threshold_percent must be in (0, 100]")
     if settings.device_stall_s <= 0 or settings.max_loras_per_model < 1:

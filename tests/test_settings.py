@@ -37,6 +37,7 @@ def test_lists_split_on_commas() -> None:
         ({"frontends": "0"}, "frontends"),
         ({"log_format": "xml"}, "log_format"),
         ({"drain_delay_s": "-1"}, "drain_delay_s"),
+        ({"media_threads": "0"}, "media_threads"),
     ],
 )
 def test_invalid_values_are_rejected(cli: dict[str, str], message: str) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from sie.errors import ModelNotFound
 from sie.frontend.devices import Devices
+from sie.frontend.media.workers import MediaWorkers
 from sie.frontend.observe import note_model
 from sie.frontend.operations import Operations
 from sie.frontend.tokenize import TokenizerCache
@@ -24,6 +25,7 @@ class FrontendState:
     is_draining: bool = False
     server_version: str = SIE_PROTOCOL_VERSION  # x-sie-server-version: the protocol, see sie.version
     ops: Operations = field(default_factory=Operations)  # authentication, statistics, tracing
+    media: MediaWorkers = field(default_factory=MediaWorkers)  # decoding images and audio
 
     def model(self, name: str) -> tuple[int, ModelConfig]:
         if name not in self.catalog:

@@ -4,7 +4,7 @@ Pixels and samples are large next to token ids, so a request's images or audio w
 go as several ring messages of at most 1/8 of the ring each, at most half a ring of them in
 flight per request. Each message's units are decoded and resized on a worker thread (Pillow,
 libsndfile and soxr release the GIL) just before it is sent, so decoding the next message
-overlaps the device's work on the previous one, and a request never holds more decoded pixels
+overlaps the device's work on the previous one (`workers.py`), and a request never holds more decoded pixels
 than it has in flight.
 """
 
@@ -69,7 +69,7 @@ async def submit_units(
     async def one(part: slice) -> tuple[Results, list[Any], float]:
         async with gate:
             started = time.perf_counter()
-            prepared = await asyncio.to_thread(prepare, units[part])
+            prepared = await state.media.run(prepare, units[part])
             prepare_ms = (time.perf_counter() - started) * 1000
             results = await state.devices.submit(prepared.batch)
         return results, prepared.meta, prepare_ms

@@ -10,7 +10,6 @@ when absent), `temperature` (0 greedy, else sampling), `timestamp_granularities`
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,7 +73,7 @@ async def transcribe(state: FrontendState, name: str, config: ModelConfig, job: 
     spec = state.tokenizers.derived(config, "audio-spec", lambda _: audio_spec(resolve_weights_dir(config)))
     prompt = _prompt(vocab, options)
     started = time.perf_counter()
-    audios = await asyncio.to_thread(_decode_all, job.items, spec, state.settings.max_audio_seconds)
+    audios = await state.media.run(_decode_all, job.items, spec, state.settings.max_audio_seconds)
     decode_ms = (time.perf_counter() - started) * 1000
     units = [
         Window(i, w, samples)
