@@ -3,6 +3,7 @@ Whisper's real-time factor with windows batched against one at a time.
 
     python scripts/bench_images.py [--frontends 2] [--clients 8] [--images-per-request 4]
                                    [--duration-s 20] [--peer-url URL] [--model-dir DIR] [--rounds 1]
+                                   [--load clients|wrk]
     python scripts/bench_images.py --whisper --whisper-dir DIR [--windows 8]
 
 Images: 32 JPEGs of 640x480 (a colour field with noise, fixed seed), made in memory.
@@ -16,13 +17,17 @@ Raw pipeline (measured first, while no server runs): in this process, `PIL.Image
 after another, torch on every core: `raw_images_per_s`.
 
 sie: `python -m sie serve` with the model preloaded; `--clients` concurrent clients, each posting
-msgpack requests of `--images-per-request` JPEG bytes to /v1/encode: `sie_images_per_s`, and the
+msgpack requests of `--images-per-request` JPEG bytes to /v1/encode and asking for msgpack back, as
+`sie-sdk` does: `sie_images_per_s`, and the
 CPU time its frontends and its device spent per image (`sie_frontend_ms_per_image`,
 `sie_device_ms_per_image`, from /proc, warm-up included on both sides of the division). With
 `--peer-url` the same load also goes to another server (e.g. the real sie-server started by its
 peer script with this model folder as openai/clip-vit-base-patch32): `peer_images_per_s`. With
 `--rounds N` the two loads alternate N times and each figure is the median over the rounds
 (`sie_vs_peer` the median of the rounds' ratios), since the box's speed drifts over minutes.
+The clients are Python threads (httpx) in this process by default; they take CPU from the server
+they load, and more from the faster one. `--load wrk` sends the same bodies with `wrk` (Debian
+package), which takes almost none, so each server has the cores it would have alone.
 
 Whisper (`--whisper`): `--windows` 30 s windows of noise to /v1/extract of the Whisper model in
 `--whisper-dir`, first one request per window one after another, then all in one request (one
@@ -49,9 +54,11 @@ import httpx
 import msgpack
 import numpy as np
 from _server import cpu_by_role, server_pids, start_server, stop_server
+from _wrk import body_script, run_wrk
 
 MODEL_ID = "bench/clip"
 PEER_MODEL_ID = "openai/clip-vit-base-patch32"
+MSGPACK = "application/msgpack"
 
 
 def make_images(n: int = 32, width: int = 640, height: int = 480) -> list[bytes]:
@@ -133,19 +140,30 @@ def raw_pipeline(folder: Path, images: list[bytes], per_call: int, duration_s: f
 
 
 def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) -> dict[str, float]:
-    """`--clients` threads posting msgpack requests of `--images-per-request` images until the clock ends."""
-    bodies = [
+    """`--clients` concurrent clients posting msgpack requests of `--images-per-request` images."""
+    bodies = request_bodies(images, args.images_per_request)
+    if args.load == "wrk":
+        return wrk_load(url, model, bodies, args)
+    return clients_load(url, model, bodies, args)
+
+
+def request_bodies(images: list[bytes], per_request: int) -> list[bytes]:
+    return [
         msgpack.packb(
             {
                 "items": [
                     {"images": [{"data": images[(i + k) % len(images)], "format": "jpeg"}]}
-                    for k in range(args.images_per_request)
+                    for k in range(per_request)
                 ]
             },
             use_bin_type=True,
         )
-        for i in range(0, len(images), args.images_per_request)
+        for i in range(0, len(images), per_request)
     ]
+
+
+def clients_load(url: str, model: str, bodies: list[bytes], args: argparse.Namespace) -> dict[str, float]:
+    """Python threads (httpx) in this process, each posting one request after another."""
     latencies: list[float] = []
     errors = [0]
     answered = [0]  # warm-up included: what the server's CPU time was spent on
@@ -160,7 +178,7 @@ def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) ->
                 response = http.post(
                     f"{url}/v1/encode/{model}",
                     content=bodies[i % len(bodies)],
-                    headers={"content-type": "application/msgpack"},
+                    headers={"content-type": MSGPACK, "accept": MSGPACK},
                 )
                 i += 1
                 with lock:
@@ -182,6 +200,21 @@ def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) ->
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
         "errors": errors[0],
         "images_answered": answered[0] * args.images_per_request,
+    }
+
+
+def wrk_load(url: str, model: str, bodies: list[bytes], args: argparse.Namespace) -> dict[str, float]:
+    """`wrk` with `--clients` connections: a client that takes almost no CPU from the servers."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-images-wrk-"))
+    script = body_script(folder, bodies, f"/v1/encode/{model}", MSGPACK, MSGPACK)
+    warm = run_wrk(url, script, args.warmup_s, args.clients)
+    run = run_wrk(url, script, args.duration_s, args.clients)
+    per = args.images_per_request
+    return {
+        "images_per_s": round(run["requests_per_s"] * per, 1),
+        "p50_ms": run["p50_ms"],
+        "errors": warm["non_2xx"] + run["non_2xx"],
+        "images_answered": (warm["requests"] + run["requests"]) * per,
     }
 
 
@@ -290,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images-per-request", type=int, default=4)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--warmup-s", type=float, default=3.0)
+    parser.add_argument(
+        "--load", choices=["clients", "wrk"], default="clients",
+        help="Python httpx clients in this process (the issue's), or wrk (almost no CPU of its own)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1, help="alternating sie/peer loads; medians reported")
     parser.add_argument("--model-dir", help="a CLIP weights folder (default: build a small random one)")
     parser.add_argument("--peer-url", help="also load another server serving the model as " + PEER_MODEL_ID)

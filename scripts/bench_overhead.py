@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from _server import REPO, cpu_by_role, free_port, server_pids, start_server, stop_server
+from _wrk import run_wrk
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 WORDS = [
@@ -119,34 +119,6 @@ def wrk_script(path: Path, bodies: list[bytes], target: str) -> Path:
             f'  return wrk.format(nil, "{target}", nil, bodies[counter])', "end"]  # fmt: skip
     path.write_text("\n".join(lua))
     return path
-
-
-def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict[str, Any]:
-    done = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:.0f}s", "--latency", "-s", str(script), url],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    out = done.stdout
-    result: dict[str, Any] = {"requests_per_s": float(_find(r"Requests/sec:\s+([\d.]+)", out))}
-    result["requests"] = int(_find(r"(\d+) requests in", out))
-    result["non_2xx"] = int(_find(r"Non-2xx or 3xx responses: (\d+)", out, "0"))
-    for q in ("50", "99"):
-        result[f"p{q}_ms"] = _ms(_find(rf"\s{q}%\s+([\d.]+\w+)", out))
-    return result
-
-
-def _find(pattern: str, text: str, default: str | None = None) -> str:
-    match = re.search(pattern, text)
-    if match is None:
-        if default is None:
-            raise SystemExit(f"wrk output did not match {pattern!r}:\n{text}")
-        return default
-    return match.group(1)
-
-
-def _ms(value: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(\w+)", value).groups()  # type: ignore[union-attr]
-    return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
 def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace, loop: str) -> dict[str, Any]:
