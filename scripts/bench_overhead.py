@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from _server import REPO, cpu_by_role, free_port, server_pids, start_server, stop_server
-from _wrk import run_wrk
+from _wrk import body_script, run_wrk
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+JSON = "application/json"
 WORDS = [
     "protein",
     "cell",
@@ -110,17 +111,6 @@ def request_bodies(n: int, seed: int = 0) -> list[bytes]:
     return [json.dumps({"items": [{"text": t}]}).encode() for t in texts]
 
 
-def wrk_script(path: Path, bodies: list[bytes], target: str) -> Path:
-    lua = ["bodies = {"]
-    lua += [f"  {json.dumps(b.decode())}," for b in bodies]
-    lua += ["}", "counter = 0", 'wrk.method = "POST"', 'wrk.headers["content-type"] = "application/json"',
-            'wrk.headers["accept"] = "application/json"', "request = function()",
-            "  counter = counter % #bodies + 1",
-            f'  return wrk.format(nil, "{target}", nil, bodies[counter])', "end"]  # fmt: skip
-    path.write_text("\n".join(lua))
-    return path
-
-
 def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace, loop: str) -> dict[str, Any]:
     port = free_port()
     env = {**os.environ, "BARE_STACK_TOKENIZER": str(tokenizer), "PYTHONPATH": str(REPO / "scripts")}
@@ -132,7 +122,7 @@ def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace,
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_for_port(port)
-        script = wrk_script(Path(tempfile.mkdtemp()) / "bare.lua", bodies, f"/v1/encode/{MINILM}")
+        script = body_script(Path(tempfile.mkdtemp()), bodies, f"/v1/encode/{MINILM}", JSON, JSON)
         run_wrk(url, script, 3, args.connections)  # warm-up
         roles = server_pids(process.pid)
         before = cpu_by_role(roles)
@@ -163,7 +153,7 @@ def measure_sie(bodies: list[bytes], models_dir: Path, args: argparse.Namespace)
     extra = ["--models-dir", str(models_dir), *args.server_arg]
     process, url, _, log_path = start_server(args.frontends, extra, "overhead")
     try:
-        script = wrk_script(Path(tempfile.mkdtemp()) / "sie.lua", bodies, f"/v1/encode/{MINILM}")
+        script = body_script(Path(tempfile.mkdtemp()), bodies, f"/v1/encode/{MINILM}", JSON, JSON)
         run_wrk(url, script, 3, args.connections)  # warm-up: tokenizer caches, allocator, JIT-less paths
         roles = server_pids(process.pid)
         profilers = start_profiles(roles, args.profile, args.duration_s) if args.profile else []
