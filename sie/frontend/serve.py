@@ -16,7 +16,6 @@ from sie.frontend import h11_writes
 from sie.frontend.app import build_app
 from sie.frontend.devices import DeviceClient
 from sie.frontend.exposition import Sources
-from sie.frontend.media.workers import MediaWorkers
 from sie.frontend.operations import Operations
 from sie.frontend.placement import ReplicaWatch
 from sie.frontend.state import FrontendState
@@ -111,7 +110,6 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         devices=client,
         ops=operations(settings, spec, stats, control, catalog),
         tokenizers=TokenizerCache(),
-        media=MediaWorkers(settings.media_threads),
         preload_slots=[
             catalog.slot(n) for n in preload_names(settings.preload, settings.default_model, catalog)
         ],

@@ -25,7 +25,10 @@ class FrontendState:
     is_draining: bool = False
     server_version: str = SIE_PROTOCOL_VERSION  # x-sie-server-version: the protocol, see sie.version
     ops: Operations = field(default_factory=Operations)  # authentication, statistics, tracing
-    media: MediaWorkers = field(default_factory=MediaWorkers)  # decoding images and audio
+    media: MediaWorkers = field(init=False)  # decoding images and audio, --media-threads of them
+
+    def __post_init__(self) -> None:
+        self.media = MediaWorkers(self.settings.media_threads)
 
     def model(self, name: str) -> tuple[int, ModelConfig]:
         if name not in self.catalog:

@@ -8,6 +8,9 @@ import threading
 import time
 
 from sie.frontend.media.workers import MediaWorkers
+from sie.frontend.state import FrontendState
+from sie.model_config import Catalog
+from sie.settings import Settings
 
 REQUEST = contextvars.ContextVar("request", default="none")
 
@@ -29,8 +32,8 @@ def test_runs_off_the_loop_in_the_callers_context() -> None:
     assert thread.startswith("sie-media") and seen == "req-7"
 
 
-def test_at_most_the_configured_threads_work_at_once() -> None:
-    workers = MediaWorkers(2)
+def most_at_once(workers: MediaWorkers, calls: int) -> int:
+    """How many of `calls` sleeping jobs ran together on `workers`."""
     lock = threading.Lock()
     running, most = [0], [0]
 
@@ -44,10 +47,19 @@ def test_at_most_the_configured_threads_work_at_once() -> None:
         return seconds
 
     async def main() -> list[float]:
-        return await asyncio.gather(*(workers.run(decode, 0.05) for _ in range(6)))
+        return await asyncio.gather(*(workers.run(decode, 0.05) for _ in range(calls)))
 
     try:
-        assert asyncio.run(main()) == [0.05] * 6
+        assert asyncio.run(main()) == [0.05] * calls
     finally:
         workers.close()
-    assert most[0] == 2
+    return most[0]
+
+
+def test_at_most_the_configured_threads_work_at_once() -> None:
+    assert most_at_once(MediaWorkers(2), 6) == 2
+
+
+def test_a_frontends_pool_has_the_threads_its_settings_ask_for() -> None:
+    state = FrontendState(settings=Settings(media_threads=3), catalog=Catalog([]), devices=None)  # type: ignore[arg-type]
+    assert most_at_once(state.media, 6) == 3

@@ -20,13 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
-DEFAULT_THREADS = 2
 
 
 class MediaWorkers:
     """A small pool of its own, so media work never queues behind (or ahead of) other threads'."""
 
-    def __init__(self, threads: int = DEFAULT_THREADS) -> None:
+    def __init__(self, threads: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sie-media")
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
