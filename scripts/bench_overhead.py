@@ -15,6 +15,10 @@ device microseconds per item and frontend microseconds per request; for the bare
 workers' microseconds per request, the floor under a frontend's figure (a frontend does all the
 bare stack does, and more).
 
+Between the two it measures sie's own frontend app with a device that answers at once
+(scripts/_app_stack.py, 2 hypercorn workers, uvloop): everything a frontend does except the
+round trip through the rings, so the gap to the bare stack is the app's and the rest the device's.
+
 The last stdout line is one JSON object with every figure.
 """
 
@@ -111,13 +115,14 @@ def request_bodies(n: int, seed: int = 0) -> list[bytes]:
     return [json.dumps({"items": [{"text": t}]}).encode() for t in texts]
 
 
-def measure_bare(bodies: list[bytes], tokenizer: Path, args: argparse.Namespace, loop: str) -> dict[str, Any]:
+def measure_stack(
+    bodies: list[bytes], app: str, env: dict[str, str], args: argparse.Namespace, loop: str
+) -> dict[str, Any]:
+    """One of the comparison stacks (`app`, e.g. "_bare_stack:app") on hypercorn, `--frontends` workers."""
     port = free_port()
-    env = {**os.environ, "BARE_STACK_TOKENIZER": str(tokenizer), "PYTHONPATH": str(REPO / "scripts")}
+    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)])}
     argv = [sys.executable, "-m", "hypercorn", "-w", str(args.frontends), "-b", f"127.0.0.1:{port}",
-            "--worker-class", loop, "--access-logfile", "-", "_bare_stack:app"]  # fmt: skip
-    argv.remove("--access-logfile")
-    argv.remove("-")
+            "--worker-class", loop, app]  # fmt: skip
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -232,15 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         models_dir = build_tiny_model(Path(tmp))
         if not args.no_bare:
-            tokenizer = Path(tmp) / "tiny" / "tokenizer.json"
+            tokenizer = {"BARE_STACK_TOKENIZER": str(Path(tmp) / "tiny" / "tokenizer.json")}
             for loop in ("asyncio", "uvloop"):
-                report[f"bare_{loop}"] = measure_bare(bodies, tokenizer, args, loop)
+                report[f"bare_{loop}"] = measure_stack(bodies, "_bare_stack:app", tokenizer, args, loop)
                 print(f"bare stack ({loop}): {report[f'bare_{loop}']}", flush=True)
+            models = {"APP_STACK_MODELS": str(models_dir)}
+            report["app_instant_device"] = measure_stack(bodies, "_app_stack:app", models, args, "uvloop")
+            print(f"sie's app, instant device: {report['app_instant_device']}", flush=True)
         report["sie"] = measure_sie(bodies, models_dir, args)
     print(f"sie: {report['sie']}", flush=True)
     if "bare_uvloop" in report:
         best = max(report["bare_asyncio"]["requests_per_s"], report["bare_uvloop"]["requests_per_s"])
         report["sie_vs_best_bare"] = round(report["sie"]["requests_per_s"] / best, 3)
+        report["app_vs_best_bare"] = round(report["app_instant_device"]["requests_per_s"] / best, 3)
     print(json.dumps(report))
     return 0
 
