@@ -29,6 +29,12 @@ The clients are Python threads (httpx) in this process by default; they take CPU
 they load, and more from the faster one. `--load wrk` sends the same bodies with `wrk` (Debian
 package), which takes almost none, so each server has the cores it would have alone.
 
+Decoding ceiling (each round, after the loads, while the server idles): sie's own exact decoding
+and resizing (`decode_pixels`, what its frontends run) on one thread per core in this process, with
+no HTTP, rings or forward: `decoding_ceiling_images_per_s`, the most any server that must produce
+the image processor's pixels could answer on these cores, and `ceiling_vs_peer` that ceiling
+against the peer.
+
 Whisper (`--whisper`): `--windows` 30 s windows of noise to /v1/extract of the Whisper model in
 `--whisper-dir`, first one request per window one after another, then all in one request (one
 device batch): `rtf_single` and `rtf_batched` are seconds of audio transcribed per second.
@@ -137,6 +143,36 @@ def raw_pipeline(folder: Path, images: list[bytes], per_call: int, duration_s: f
             model.get_image_features(**processor(batch, return_tensors="pt"))
         done, i = done + per_call, i + per_call
     return done / (time.perf_counter() - started)
+
+
+def decoding_ceiling(folder: Path, images: list[bytes], per_call: int, duration_s: float) -> float:
+    """Images per second of the exact decoding and resizing alone (sie's own, as its frontends run
+    it), on one thread per core of this process: no HTTP, no rings, no forward. Pillow releases
+    the GIL, so the threads use every core. No server that must produce these pixels can embed
+    more images per second than this on the same cores."""
+    from sie.frontend.tasks.images import ImageUnit, decode_pixels
+    from sie.media_config import image_spec
+
+    spec = image_spec(folder, "clip")
+    units = [ImageUnit(0, k, data, "jpeg") for k, data in enumerate(images)]
+    calls = [units[i : i + per_call] for i in range(0, len(units) - per_call + 1, per_call)]
+    counts: list[int] = []
+
+    def decode(offset: int) -> None:
+        done, i = 0, offset
+        while time.perf_counter() < deadline:
+            decode_pixels(calls[i % len(calls)], spec, 50_000_000)
+            done, i = done + per_call, i + 1
+        counts.append(done)
+
+    threads = [threading.Thread(target=decode, args=(t,)) for t in range(len(os.sched_getaffinity(0)))]
+    started = time.perf_counter()
+    deadline = started + duration_s
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / (time.perf_counter() - started)
 
 
 def load(url: str, model: str, images: list[bytes], args: argparse.Namespace) -> dict[str, float]:
@@ -286,13 +322,18 @@ def images_bench(args: argparse.Namespace) -> dict[str, Any]:
     roles = server_pids(server.pid)
     sie_rounds: list[dict[str, float]] = []
     peer_rounds: list[dict[str, float]] = []
+    ceilings: list[float] = []  # measured while the server idles between loads
     try:
         for _ in range(args.rounds):  # alternating, so the box's drift falls on both alike
             sie_rounds.append(load_with_cpu(url, images, args, roles))
             if args.peer_url:
                 peer_rounds.append(load(args.peer_url, PEER_MODEL_ID, images, args))
+            ceilings.append(decoding_ceiling(folder, images, args.images_per_request, args.duration_s / 2))
     finally:
         stop_server(server)
+    result["decoding_ceiling_images_per_s"] = round(statistics.median(ceilings), 1)
+    if args.rounds > 1:
+        result["decoding_ceiling_rounds"] = [round(c, 1) for c in ceilings]
     result.update({f"sie_{k}": v for k, v in _median_round(sie_rounds).items()})
     result["sie_vs_raw"] = round(result["sie_images_per_s"] / result["raw_images_per_s"], 2)
     if args.peer_url:
@@ -302,6 +343,9 @@ def images_bench(args: argparse.Namespace) -> dict[str, Any]:
         result["sie_vs_peer"] = round(statistics.median(ratios), 2)
         if args.rounds > 1:
             result["sie_vs_peer_rounds"] = [round(r, 2) for r in ratios]
+        # What `sie_vs_peer` could be if serving and the forward cost nothing at all.
+        ceiling = result["decoding_ceiling_images_per_s"]
+        result["ceiling_vs_peer"] = round(ceiling / result["peer_images_per_s"], 2)
     return result
 
 
