@@ -4,7 +4,7 @@
 
 The same Starlette app a frontend serves (`sie.frontend.app.build_app`: middleware, parsing,
 validation, tokenizing, post-processing, rendering, its statistics rows and hypercorn's one-write
-responses), but `submit` answers in the event loop with zero vectors instead of a trip through the
+responses), but `submit` answers in the event loop with unit vectors instead of a trip through the
 rings to a device process. Between the bare HTTP stack and the whole server, it shows what the
 app costs apart from the device round trip. Encode only: it answers dense rows, nothing else.
 """

@@ -152,8 +152,10 @@ def decoding_ceiling(folder: Path, images: list[bytes], per_call: int, duration_
     more images per second than this on the same cores."""
     from sie.frontend.tasks.images import ImageUnit, decode_pixels
     from sie.media_config import image_spec
+    from sie.settings import Settings
 
     spec = image_spec(folder, "clip")
+    max_pixels = Settings().max_image_pixels  # the server's default bound, as the frontends check it
     units = [ImageUnit(0, k, data, "jpeg") for k, data in enumerate(images)]
     calls = [units[i : i + per_call] for i in range(0, len(units) - per_call + 1, per_call)]
     counts: list[int] = []
@@ -161,7 +163,7 @@ def decoding_ceiling(folder: Path, images: list[bytes], per_call: int, duration_
     def decode(offset: int) -> None:
         done, i = 0, offset
         while time.perf_counter() < deadline:
-            decode_pixels(calls[i % len(calls)], spec, 50_000_000)
+            decode_pixels(calls[i % len(calls)], spec, max_pixels)
             done, i = done + per_call, i + 1
         counts.append(done)
 
