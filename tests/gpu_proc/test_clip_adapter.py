@@ -111,6 +111,12 @@ def test_a_float32_image_tower_folds_the_normalization(adapters: dict[str, Any],
     assert isinstance(embeddings.patch_embedding, FoldedPatchEmbedding)
 
 
+def test_clip_runs_its_lean_image_tower_and_siglip_transformers(adapters: dict[str, Any]) -> None:
+    # So the comparison with transformers above covers both forwards.
+    assert adapters["clip"].lean_vision
+    assert not adapters["siglip"].lean_vision
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_text_embeddings_match_transformers(
     folders: dict[str, Path], adapters: dict[str, Any], arch: str

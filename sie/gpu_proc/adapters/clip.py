@@ -3,7 +3,8 @@
 A text batch goes through `get_text_features`, an image batch through `get_image_features` (the
 batcher never mixes them), both projected and not normalized (the frontend normalizes, as for
 dense). Pixels arrive resized and cropped; normalization to the model's mean and std runs here,
-folded into the patch embedding's weights for a float32 model (`patches.py`).
+folded into the patch embedding's weights for a float32 model (`patches.py`). CLIP's image tower
+runs as a plain function over its modules (`clip_vision.py`); SigLIP's as transformers runs it.
 SigLIP's text tower pools the last position and was trained on text padded to its full length
 without an attention mask, so its text is padded that way (as its processor's `padding="max_length"`).
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sie.gpu_proc.adapters import clip_vision
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import HeldModel, load_model, rows_output
 from sie.gpu_proc.adapters.patches import Scratch, fold_into
@@ -73,6 +75,7 @@ class ClipAdapter(HeldModel):
         folded = fold_into(model.vision_model.embeddings, spec)
         self._normalizer = None if folded else PixelNormalizer(spec, self.device)
         self._received = Scratch()  # the batch's pixels in the model's dtype, reused (see patches.py)
+        self.lean_vision = clip_vision.fits(model)  # CLIP's image tower without transformers' wrapping
         vision = [model.vision_model, getattr(model, "visual_projection", None)]
         self.media_flops_per_item = image_flops(model.config.vision_config, *[m for m in vision if m])
 
@@ -88,7 +91,9 @@ class ClipAdapter(HeldModel):
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         model = self._live()
         with torch.inference_mode():
-            if inputs.pixels is not None:
+            if inputs.pixels is not None and self.lean_vision:
+                features = clip_vision.image_features(model, self._pixel_values(inputs.pixels))
+            elif inputs.pixels is not None:
                 features = model.get_image_features(pixel_values=self._pixel_values(inputs.pixels))
             else:
                 features = model.get_text_features(**self._text_inputs(inputs))
