@@ -66,7 +66,7 @@ def assert_cosine(got: np.ndarray, want: np.ndarray) -> None:
 
 def image_request(folder: Path, images: list[bytes]) -> TokenBatch:
     spec = image_spec(folder, "clip")
-    pixels = np.stack([preprocess(decode_image(data, None, 10**8, "x").image, spec) for data in images])
+    pixels = np.stack([preprocess(decode_image(data, None, 10**8, "x").pixels, spec) for data in images])
     n = len(images)
     return TokenBatch(
         req_id=1,

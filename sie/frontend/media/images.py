@@ -1,11 +1,13 @@
 """Image bytes -> RGB pixels resized and cropped exactly as the model's image processor does.
 
 Decoding is bounded before it allocates: Pillow reads only the header in `Image.open`, so the
-pixel count is checked (decompression bombs) before any pixel is decoded. After decoding: EXIF
-orientation, then RGB with transparency composited onto white (as `transformers` converts), then
-the processor's own resize and crop, so the device gets the very pixels `transformers` would
-normalize. CLIP and SigLIP resize in uint8 through Pillow, which is exact; OWLv2 pads and resizes
-in float (a Gaussian filter and a linear zoom), so its pixels travel as float32.
+pixel count is checked (decompression bombs) before any pixel is decoded. Plain JPEGs are decoded
+by libjpeg-turbo's own API (`jpeg.py`: Pillow's pixels, faster), the rest by Pillow. After
+decoding: EXIF orientation, then RGB with transparency composited onto white (as `transformers`
+converts), then the processor's own resize and crop, so the device gets the very pixels
+`transformers` would normalize. CLIP and SigLIP resize in uint8 with Pillow's arithmetic
+(`resample.py`, or Pillow itself where that cannot run), which is exact; OWLv2 pads and resizes in
+float (a Gaussian filter and a linear zoom), so its pixels travel as float32.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from sie.errors import InvalidInput
+from sie.frontend.media import resample
+from sie.frontend.media.jpeg import decode_rgb
 from sie.media_config import ImageSpec
 
 # Pillow's format names -> what a request's `format` may say for them.
@@ -35,7 +39,7 @@ _ORIENTATION = 0x0112
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    image: Image.Image  # RGB, upright
+    pixels: np.ndarray  # [height, width, 3] uint8 RGB, upright
     width: int  # of the original (upright) image, for boxes in its pixels
     height: int
 
@@ -58,12 +62,13 @@ def decode_image(data: bytes, declared: str | None, max_pixels: int, where: str)
             f"{where}: image of {width}x{height} pixels is over the limit of {max_pixels} pixels"
         )
     try:
-        image.load()  # the first frame of a GIF or a multi-page TIFF
-        image = _upright(image)
+        pixels = decode_rgb(image, data)
+        if pixels is None:
+            image.load()  # the first frame of a GIF or a multi-page TIFF
+            pixels = np.asarray(to_rgb(_upright(image)), np.uint8)
     except (OSError, ValueError, SyntaxError, EOFError):
         raise InvalidInput(f"{where}: the image data is truncated or corrupt") from None
-    rgb = to_rgb(image)
-    return Decoded(rgb, rgb.width, rgb.height)
+    return Decoded(pixels, pixels.shape[1], pixels.shape[0])
 
 
 def _supported() -> str:
@@ -86,43 +91,36 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def preprocess(image: Image.Image, spec: ImageSpec) -> np.ndarray:
+def preprocess(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
     """[H, W, 3] pixels for the device: uint8, or float32 in 0..1 for OWLv2."""
     if spec.kind == "owlv2":
-        return _owlv2(image, spec)
+        return _owlv2(pixels, spec)
     if spec.do_resize:
-        image = _resize(image, spec)
-    pixels = np.asarray(image, np.uint8)
+        pixels = _resize(pixels, spec)
     if spec.do_center_crop:
         pixels = center_crop(pixels, spec.height, spec.width)
     return pixels
 
 
-def _resize(image: Image.Image, spec: ImageSpec) -> Image.Image:
-    """The processor's resize, less the columns its centre crop will drop where that is exact.
-
-    Pillow resizes in two passes, rows first into a uint8 image, then each column on its own. Run
-    apart, with the columns the crop drops cut between them, the kept columns come out bit for bit
-    as a whole resize gives them (tested against the image processor), and the column pass does
-    less work: a 640x480 photo 5.45 -> 4.98 ms here. Rows cannot be cut that way: the row pass
-    comes first, and cutting its input would move the filter's positions.
-    """
-    width, height = _resized_wh(image, spec)
+def _resize(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
+    """The processor's resize, less the columns its centre crop will drop (a resize's columns do
+    not depend on each other's, so the kept ones come out as a whole resize gives them)."""
+    width, height = _resized_wh(pixels, spec)
     dropped = width - spec.width
-    if not spec.do_center_crop or dropped <= 0 or height == image.height:
-        return image.resize((width, height), resample=spec.resample)
-    left = dropped // 2  # where transformers' centre crop starts
-    rows = image.resize((width, image.height), resample=spec.resample)
-    kept = rows.crop((left, 0, left + spec.width, image.height))
-    return kept.resize((spec.width, height), resample=spec.resample)
+    left, kept = (dropped // 2, spec.width) if spec.do_center_crop and dropped > 0 else (0, width)
+    fast = resample.resize(pixels, width, height, spec.resample, left, kept)
+    if fast is not None:
+        return fast
+    resized = Image.fromarray(pixels).resize((width, height), resample=spec.resample)
+    return np.asarray(resized, np.uint8)[:, left : left + kept]
 
 
-def _resized_wh(image: Image.Image, spec: ImageSpec) -> tuple[int, int]:
+def _resized_wh(pixels: np.ndarray, spec: ImageSpec) -> tuple[int, int]:
     """(width, height) after the resize; the short-side rule is transformers'
     `get_resize_output_image_size(default_to_square=False)`, truncation included."""
     if spec.shortest_edge is None:
         return spec.width, spec.height
-    width, height = image.size
+    height, width = pixels.shape[:2]
     short, long = (width, height) if width <= height else (height, width)
     new_short, new_long = spec.shortest_edge, int(spec.shortest_edge * long / short)
     return (new_short, new_long) if width <= height else (new_long, new_short)
@@ -142,7 +140,7 @@ def center_crop(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
     return padded[max(0, top) : min(new_h, top + height), max(0, left) : min(new_w, left + width)]
 
 
-def _owlv2(image: Image.Image, spec: ImageSpec) -> np.ndarray:
+def _owlv2(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
     """Owlv2ImageProcessor: rescale, pad bottom/right to a square with 0, then scikit-image's
     anti-aliased resize (Gaussian filter, linear zoom, clip to the input's range)."""
     from scipy import ndimage  # only OWLv2 needs it; deferred so other frontends never load it

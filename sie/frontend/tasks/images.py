@@ -80,7 +80,7 @@ def decode_pixels(
     pixels, sizes = [], []
     for unit in units:
         decoded = decode_image(unit.data, unit.format, max_pixels, unit.where)
-        pixels.append(preprocess(decoded.image, spec))
+        pixels.append(preprocess(decoded.pixels, spec))
         sizes.append((decoded.width, decoded.height))
     return np.stack(pixels), sizes
 
