@@ -17,6 +17,7 @@ filter's window, return None, and the caller resizes with Pillow.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -169,6 +170,16 @@ def _transpose(src: np.ndarray, out: np.ndarray) -> None:
                     out[j, i * 3 + 2] = src[i, j * 3 + 2]
 
 
-if numba is not None:  # compiled on first use, cached on disk by numba, run without the GIL
-    _lines = numba.njit(cache=True, nogil=True)(_lines)
-    _transpose = numba.njit(cache=True, nogil=True)(_transpose)
+def _compiled(function: Any) -> Any:
+    """Compiled on first use and run without the GIL; cached on disk where numba finds a writable
+    place (beside this file or in the user's cache), else compiled again by each process."""
+    assert numba is not None
+    try:
+        return numba.njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no writable cache location (a read-only install and no home)
+        return numba.njit(nogil=True)(function)
+
+
+if numba is not None:
+    _lines = _compiled(_lines)
+    _transpose = _compiled(_transpose)
