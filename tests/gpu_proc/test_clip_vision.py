@@ -4,6 +4,7 @@ LoRA wraps it, and chosen for CLIP only."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -13,23 +14,11 @@ from torch import nn
 
 from sie.gpu_proc.adapters import clip_vision
 from sie.gpu_proc.adapters.patches import fold_into
-from sie.media_config import ImageSpec
+from tests.gpu_proc.test_patches import CLIP_SPEC
 
 pytestmark = pytest.mark.usefixtures("deterministic_torch")
 
-SPEC = ImageSpec(
-    kind="crop",
-    height=32,
-    width=32,
-    shortest_edge=32,
-    resample=3,
-    do_resize=True,
-    do_center_crop=True,
-    rescale_factor=1 / 255,
-    do_normalize=True,
-    mean=(0.48145466, 0.4578275, 0.40821073),
-    std=(0.26862954, 0.26130258, 0.27577711),
-)
+SPEC = dataclasses.replace(CLIP_SPEC, height=32, width=32, shortest_edge=32)  # the tiny tower's size
 
 
 def tower(layers: int) -> dict[str, int]:

@@ -140,12 +140,12 @@ def center_crop(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
     return padded[max(0, top) : min(new_h, top + height), max(0, left) : min(new_w, left + width)]
 
 
-def _owlv2(image: np.ndarray, spec: ImageSpec) -> np.ndarray:
+def _owlv2(received: np.ndarray, spec: ImageSpec) -> np.ndarray:
     """Owlv2ImageProcessor: rescale, pad bottom/right to a square with 0, then scikit-image's
     anti-aliased resize (Gaussian filter, linear zoom, clip to the input's range)."""
     from scipy import ndimage  # only OWLv2 needs it; deferred so other frontends never load it
 
-    pixels = (np.asarray(image, np.uint8).astype(np.float64) * spec.rescale_factor).astype(np.float32)
+    pixels = (received.astype(np.float64) * spec.rescale_factor).astype(np.float32)
     height, width = pixels.shape[:2]
     size = max(height, width)
     pixels = np.pad(pixels, ((0, size - height), (0, size - width), (0, 0)))

@@ -7,7 +7,7 @@ Pillow over many sizes); what changes is the memory order. Every pass runs along
 a [lines, line_length] array, so the inner loop is one multiply-add over contiguous bytes, which
 the compiler vectorizes; for the horizontal pass the image is transposed first (blocked, so
 both sides stay in cache) and back after. The columns a centre crop would drop are never computed.
-A 640x480 photo to CLIP's 224x224 crop: Pillow 3.1 ms, here about 1.3 ms on this CPU.
+A 640x480 photo to CLIP's 224x224 crop: Pillow 3.1 ms, here about 1.5 ms on this CPU.
 
 The passes run in Pillow's order, which changed in 13.0 (`vertical_first`); pillow is pinned
 below 14 so that a new rule cannot slip in untested. Other filters, and images narrower than a
