@@ -16,6 +16,7 @@ from sie.frontend import h11_writes
 from sie.frontend.app import build_app
 from sie.frontend.devices import DeviceClient
 from sie.frontend.exposition import Sources
+from sie.frontend.media import resample
 from sie.frontend.operations import Operations
 from sie.frontend.placement import ReplicaWatch
 from sie.frontend.state import FrontendState
@@ -116,6 +117,8 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     )
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
         state.tokenizers.get(catalog.models[slot])
+    if any("image" in config.input_kinds() for config in catalog.models):
+        state.media.start(resample.warm)  # compile the resize loops now, not on the first image
     loop = asyncio.get_running_loop()
     client.start(loop)
     h11_writes.install()

@@ -4,13 +4,16 @@ columns a centre crop drops; and left to Pillow where it cannot run."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from PIL import Image
 
 from sie.frontend.media import resample
 
-pytestmark = pytest.mark.skipif(resample.numba is None, reason="numba has no wheel here")
+pytestmark = pytest.mark.skipif(resample.compiled() is None, reason="numba has no wheel here")
 
 SIZES = [(640, 480), (480, 640), (224, 500), (1000, 290), (300, 3000), (97, 33), (64, 64)]
 TARGETS = [(224, 224), (298, 224), (224, 298), (64, 64), (448, 448), (50, 37), (30, 200), (500, 40)]
@@ -76,3 +79,16 @@ def test_other_filters_are_left_to_pillow(filter_: int) -> None:
 
 def test_an_image_narrower_than_the_window_is_left_to_pillow() -> None:
     assert resample.resize(pixels(3, 300), 224, 224, resample.BICUBIC) is None
+
+
+def test_a_frontend_loads_numba_only_when_it_resizes() -> None:
+    # numba costs a process about 130 MB: text-only frontends must never import it.
+    code = (
+        "import sys; import sie.frontend.serve, sie.frontend.media.images; "
+        "before = 'numba' in sys.modules; "
+        "from sie.frontend.media import resample; resample.warm(); "
+        "print(before, 'numba' in sys.modules)"
+    )
+    command = [sys.executable, "-c", code]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", "True"]

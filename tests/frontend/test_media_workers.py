@@ -7,6 +7,8 @@ import contextvars
 import threading
 import time
 
+import pytest
+
 from sie.frontend.media.workers import MediaWorkers
 from sie.frontend.state import FrontendState
 from sie.model_config import Catalog
@@ -63,3 +65,22 @@ def test_at_most_the_configured_threads_work_at_once() -> None:
 def test_a_frontends_pool_has_the_threads_its_settings_ask_for() -> None:
     state = FrontendState(settings=Settings(media_threads=3), catalog=Catalog([]), devices=None)  # type: ignore[arg-type]
     assert most_at_once(state.media, 6) == 3
+
+
+def test_start_runs_in_the_background_and_logs_a_failure(caplog: pytest.LogCaptureFixture) -> None:
+    workers = MediaWorkers(1)
+    ran = threading.Event()
+
+    def fail() -> None:
+        ran.set()
+        raise RuntimeError("no compiler today")
+
+    try:
+        workers.start(fail)
+        assert ran.wait(5)
+        deadline = time.monotonic() + 5
+        while "media background work failed" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        workers.close()
+    assert "media background work failed" in caplog.text

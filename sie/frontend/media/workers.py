@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class MediaWorkers:
@@ -34,5 +36,14 @@ class MediaWorkers:
         call = functools.partial(context.run, fn, *args)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
+    def start(self, fn: Callable[[], object]) -> None:
+        """`fn()` on a media thread, not waited for; a failure is logged."""
+        self._pool.submit(fn).add_done_callback(_log_failure)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _log_failure(done: Future[object]) -> None:
+    if not done.cancelled() and (error := done.exception()) is not None:
+        log.warning("media background work failed", exc_info=error)
