@@ -147,9 +147,9 @@ def raw_pipeline(folder: Path, images: list[bytes], per_call: int, duration_s: f
 
 def decoding_ceiling(folder: Path, images: list[bytes], per_call: int, duration_s: float) -> float:
     """Images per second of the exact decoding and resizing alone (sie's own, as its frontends run
-    it), on one thread per core of this process: no HTTP, no rings, no forward. Pillow releases
-    the GIL, so the threads use every core. No server that must produce these pixels can embed
-    more images per second than this on the same cores."""
+    it), on one thread per core of this process: no HTTP, no rings, no forward. The decoding and
+    resizing release the GIL, so the threads use every core. No server that must produce these
+    pixels can embed more images per second than this on the same cores."""
     from sie.frontend.tasks.images import ImageUnit, decode_pixels
     from sie.media_config import image_spec
     from sie.settings import Settings

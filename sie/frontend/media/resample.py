@@ -45,16 +45,16 @@ def resize(
         vertical and in_h < _window(resample, in_h, height)
     ):
         return None  # a window wider than the image: Pillow's clipped windows are not padded here
-    rows = np.ascontiguousarray(pixels).reshape(in_h, in_w * 3)
+    rows = np.ascontiguousarray(pixels).reshape(in_h, in_w * 3)  # [lines, RGB bytes]
     if vertical and (not horizontal or vertical_first(in_w, in_h, width, height)):
-        rows = _vertical(kernels, rows, in_h, height, resample)
+        rows = _vertical(kernels, rows, height, resample)
         vertical = False
     if horizontal:
-        rows = _horizontal(kernels, rows.reshape(-1, in_w, 3), width, resample, left, kept)
+        rows = _horizontal(kernels, rows, width, resample, left, kept)
     else:
-        rows = np.ascontiguousarray(rows.reshape(-1, in_w, 3)[:, left : left + kept]).reshape(-1, kept * 3)
+        rows = np.ascontiguousarray(rows[:, left * 3 : (left + kept) * 3])
     if vertical:
-        rows = _vertical(kernels, rows, in_h, height, resample)
+        rows = _vertical(kernels, rows, height, resample)
     return rows.reshape(-1, kept, 3)
 
 
@@ -65,22 +65,22 @@ def vertical_first(in_w: int, in_h: int, width: int, height: int) -> bool:
     return _PILLOW_13 and shrink_h > 0 and shrink_h > shrink_w * 2
 
 
-def _vertical(kernels: Kernels, rows: np.ndarray, in_h: int, height: int, resample: int) -> np.ndarray:
-    """[height, length]: the vertical pass over [in_h, length] rows, which are its lines as they lie."""
-    starts, weights = _coefficients(in_h, height, resample)
+def _vertical(kernels: Kernels, rows: np.ndarray, height: int, resample: int) -> np.ndarray:
+    """[height, length]: the vertical pass over [H, length] rows, which are its lines as they lie."""
+    starts, weights = _coefficients(rows.shape[0], height, resample)
     out = np.empty((height, rows.shape[1]), np.uint8)
     kernels.lines(rows, starts, weights, out)
     return out
 
 
 def _horizontal(
-    kernels: Kernels, pixels: np.ndarray, width: int, resample: int, left: int, kept: int
+    kernels: Kernels, rows: np.ndarray, width: int, resample: int, left: int, kept: int
 ) -> np.ndarray:
-    """[H, kept * 3]: the horizontal pass, along the transposed image's lines."""
-    in_h, in_w = pixels.shape[:2]
+    """[H, kept * 3]: the horizontal pass over [H, W * 3] rows, along the transposed image's lines."""
+    in_h, in_w = rows.shape[0], rows.shape[1] // 3
     starts, weights = _coefficients(in_w, width, resample)
     across = np.empty((in_w, in_h * 3), np.uint8)
-    kernels.transpose(pixels.reshape(in_h, in_w * 3), across)
+    kernels.transpose(rows, across)
     done = np.empty((kept, in_h * 3), np.uint8)
     kernels.lines(across, starts[left : left + kept], weights[left : left + kept], done)
     rows = np.empty((in_h, kept * 3), np.uint8)
@@ -89,6 +89,7 @@ def _horizontal(
 
 
 def _window(resample: int, in_size: int, out_size: int) -> int:
+    """How many inputs one output reads at most: Pillow's `ksize`."""
     scale = max(in_size / out_size, 1.0)
     return int(np.ceil(SUPPORT[resample] * scale)) * 2 + 1
 
@@ -118,7 +119,7 @@ def _coefficients(in_size: int, out_size: int, resample: int) -> tuple[np.ndarra
     scale = float(np.float32(in_size)) / out_size  # Pillow's box is float32; sizes are exact in it
     filterscale = max(scale, 1.0)
     support = SUPPORT[resample] * filterscale
-    size = int(np.ceil(support)) * 2 + 1
+    size = _window(resample, in_size, out_size)
     center = (np.arange(out_size, dtype=np.float64) + 0.5) * scale
     first = np.maximum((center - support + 0.5).astype(np.int64), 0)  # C's (int) truncates
     count = np.minimum((center + support + 0.5).astype(np.int64), in_size) - first
