@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sie.families import family_of
+
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)
@@ -53,7 +55,6 @@ _KIND_OF_TYPE = {
     "SiglipImageProcessor": "square",
     "Owlv2ImageProcessor": "owlv2",
 }
-_KIND_OF_FAMILY: dict[str, ImageKind] = {"clip": "crop", "owlv2": "owlv2"}
 
 
 class MediaConfigError(ValueError):
@@ -144,8 +145,10 @@ def _image_kind(raw: dict[str, Any], family: str) -> ImageKind:
     named = named.removesuffix("Fast").removesuffix("Pil")
     if named in _KIND_OF_TYPE:
         return _KIND_OF_TYPE[named]  # type: ignore[return-value]  # values are ImageKind literals
-    if family in _KIND_OF_FAMILY:
-        return _KIND_OF_FAMILY[family]
+    # A config that names no known processor gets its family's (sie.families).
+    media_kind = family_of(family).media_kind
+    if media_kind is not None:
+        return media_kind
     raise MediaConfigError(f"unsupported image processor {named or '(none)'} for family {family}")
 
 

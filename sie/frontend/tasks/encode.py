@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sie.families import family_of
 from sie.frontend.colbert import ColbertTokenization
 from sie.frontend.muvera import MuveraParams, fde
 from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
@@ -23,9 +24,6 @@ from sie.model_config import ModelConfig
 from sie.shm.layout import Op, ResultKind
 
 _KINDS = {"dense": ResultKind.DENSE, "sparse": ResultKind.SPARSE, "multivector": ResultKind.MULTIVECTOR}
-# Families whose device forward depends on is_query; for the others the flag would only split
-# batches of queries and documents that could have run together.
-_QUERY_AWARE_ON_DEVICE = frozenset({"splade"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +61,7 @@ def supported_outputs(config: ModelConfig, muvera: MuveraParams | None) -> set[s
 
 async def embed(state: FrontendState, name: str, texts: list[str], options: EmbedOptions) -> Embedded:
     slot, config = admit(state, name, len(texts), options.profile)
+    family = family_of(config.family)
     profile = config.profile(options.profile)
     muvera = options.muvera
     wanted = set(options.output_types)
@@ -80,7 +79,7 @@ async def embed(state: FrontendState, name: str, texts: list[str], options: Embe
         op=Op.ENCODE,
         kinds=kinds,
         key=lora_config_key(config, options.profile or config.default_profile_name, options.lora),
-        is_query=options.is_query and config.family in _QUERY_AWARE_ON_DEVICE,
+        is_query=options.is_query and family.device_reads_is_query,
         tokenization_ms=tokenization_ms,
     )
     started = time.perf_counter()
@@ -115,7 +114,7 @@ async def embed(state: FrontendState, name: str, texts: list[str], options: Embe
 def _tokenize(
     state: FrontendState, config: ModelConfig, texts: list[str], is_query: bool, profile: str | None
 ) -> Encoded:
-    if config.family == "colbert":
+    if family_of(config.family).encode_tokenization == "colbert":
         colbert = state.tokenizers.derived(
             config,
             f"colbert:{profile}",

@@ -3,6 +3,8 @@
 - token_classification: a tagger's per-token logits, merged into character spans here;
 - gliner: zero-shot spans for the request's labels (prompt built here, spans decoded here);
 - nli_zero_shot: each (text, "This example is {label}.") pair through an NLI cross-encoder.
+Images (owlv2) and audio (whisper) have their runners in `detect` and `transcribe`; each family's
+spec in sie.families names its runner.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sie.errors import InvalidInput
+from sie.families import family_of
 from sie.frontend.entities import DEFAULT_IGNORE_LABELS, aggregate_simple, id2label_of
 from sie.frontend.gliner import GlinerPrompts, decode
 from sie.frontend.pipeline import Submitted, admit, lora_config_key, submit, tokenize
@@ -21,7 +24,6 @@ from sie.frontend.zero_shot import classify, entailment_index, nli_pairs
 from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
-_NEEDS_LABELS = frozenset({"gliner", "nli_zero_shot", "owlv2"})
 DEFAULT_GLINER_THRESHOLD = 0.5
 
 
@@ -50,10 +52,14 @@ class Extracted:
     inference_ms: float = 0.0
 
 
+# What a family's `extract_runner` names (sie.families).
+ExtractRunner = Callable[[FrontendState, str, ModelConfig, ExtractJob], Awaitable[Extracted]]
+
+
 def check_extraction(config: ModelConfig, name: str, labels: list[str] | None) -> None:
     if not config.supports_extract():
         raise InvalidInput(f"Model '{name}' does not support extraction")
-    if config.family in _NEEDS_LABELS and not labels:
+    if family_of(config.family).extract_needs_labels and not labels:
         raise InvalidInput(f"Model '{name}' is a zero-shot model: params.labels must list at least one label")
     if labels and any(not label.strip() for label in labels):
         raise InvalidInput("params.labels must not contain empty labels")
@@ -62,11 +68,12 @@ def check_extraction(config: ModelConfig, name: str, labels: list[str] | None) -
 async def extract(state: FrontendState, name: str, job: ExtractJob) -> Extracted:
     _, config = state.model(name)
     check_extraction(config, name, job.labels)
-    run = _FAMILY_RUNNERS[config.family]
+    # Resolved on first use: detect and transcribe import this module's types.
+    run: ExtractRunner = family_of(config.family).extract_function()
     return await run(state, name, config, job)
 
 
-async def _token_classification(
+async def run_token_classification(
     state: FrontendState, name: str, config: ModelConfig, job: ExtractJob
 ) -> Extracted:
     slot, _ = admit(state, name, len(job.texts), job.profile)
@@ -97,7 +104,7 @@ async def _token_classification(
     return _extracted(submitted, entities=entities)
 
 
-async def _gliner(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+async def run_gliner(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
     labels = job.labels or []
     configured = config.profile(job.profile).adapter_options.runtime.threshold
     threshold = _threshold(job.options, configured, default=DEFAULT_GLINER_THRESHOLD)
@@ -115,7 +122,9 @@ async def _gliner(state: FrontendState, name: str, config: ModelConfig, job: Ext
     return _extracted(submitted, entities=entities)
 
 
-async def _nli_zero_shot(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+async def run_nli_zero_shot(
+    state: FrontendState, name: str, config: ModelConfig, job: ExtractJob
+) -> Extracted:
     labels = job.labels or []
     runtime = config.profile(job.profile).adapter_options.runtime
     multi_label = job.options.get("multi_label", False)
@@ -184,24 +193,3 @@ def _threshold(options: dict[str, Any], configured: float | None, *, default: fl
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise InvalidInput("options.threshold must be a number between 0 and 1")
     return float(value)
-
-
-async def _whisper(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
-    from sie.frontend.tasks.transcribe import transcribe  # deferred: it imports this module's types
-
-    return await transcribe(state, name, config, job)
-
-
-async def _owlv2(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
-    from sie.frontend.tasks.detect import detect  # deferred: it imports this module's types
-
-    return await detect(state, name, config, job)
-
-
-_FAMILY_RUNNERS: dict[str, Callable[[FrontendState, str, ModelConfig, ExtractJob], Awaitable[Extracted]]] = {
-    "token_classification": _token_classification,
-    "gliner": _gliner,
-    "nli_zero_shot": _nli_zero_shot,
-    "whisper": _whisper,
-    "owlv2": _owlv2,
-}

@@ -12,12 +12,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sie.errors import InvalidInput
+from sie.families import family_of
 from sie.frontend.colbert import maxsim
 from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
 from sie.frontend.scoring import activation_of, item_scores
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.encode import EmbedOptions, embed
-from sie.model_config import CROSS_ENCODER_FAMILIES, ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
 MAX_SCORE_ITEMS = 1000
@@ -59,7 +60,7 @@ async def score(
     _, config = state.model(name)
     check_scoring(config, name)
     check_item_count(len(items))
-    if config.family in CROSS_ENCODER_FAMILIES:
+    if family_of(config.family).score == "pairs":
         return await _cross_encode(state, name, query, items, profile, lora)
     return await _late_interaction(state, name, query, items, profile, lora)
 

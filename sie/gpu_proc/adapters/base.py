@@ -1,4 +1,4 @@
-"""What the runner needs from a model family, and the one place a family is chosen by name.
+"""What the runner needs from a model family's device half, and how a model's adapter is built.
 
 An adapter is small: load weights, run a forward pass on one padded run of a batch, and return
 result arrays (`Output`s, one per result kind it was asked for). Everything that is not the
@@ -8,12 +8,12 @@ frontend.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from sie.families import UnknownFamily, family_of
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -63,32 +63,16 @@ class Adapter(Protocol):
 
 AdapterLoader = Callable[["ModelConfig", Path, str, "str | None"], Adapter]
 
-# Family name (the profile's `adapter:`) -> "module:Class"; a family's module is imported only
-# when a model of that family loads, so a server of dense models never imports onnxruntime.
-FAMILIES: dict[str, str] = {
-    "dense": "sie.gpu_proc.adapters.dense:DenseAdapter",
-    "splade": "sie.gpu_proc.adapters.splade:SpladeAdapter",
-    "colbert": "sie.gpu_proc.adapters.colbert:ColbertAdapter",
-    "hybrid": "sie.gpu_proc.adapters.hybrid:HybridAdapter",
-    "cross_encoder": "sie.gpu_proc.adapters.cross_encoder:CrossEncoderAdapter",
-    # An NLI zero-shot classifier runs the same forward as a cross-encoder (logits per text pair);
-    # only the frontend's prompts and the reading of the logits differ.
-    "nli_zero_shot": "sie.gpu_proc.adapters.cross_encoder:CrossEncoderAdapter",
-    "token_classification": "sie.gpu_proc.adapters.token_classification:TokenClassificationAdapter",
-    "gliner": "sie.gpu_proc.adapters.gliner:GlinerAdapter",
-    "clip": "sie.gpu_proc.adapters.clip:ClipAdapter",
-    "owlv2": "sie.gpu_proc.adapters.owlv2:Owlv2Adapter",
-    "whisper": "sie.gpu_proc.adapters.whisper:WhisperAdapter",
-}
-
 
 def load_adapter(config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None) -> Adapter:
-    """Build the adapter named by the profile's `adapter` field, weights on `device`."""
-    family = config.profile(profile).adapter
-    target = FAMILIES.get(family)
-    if target is None:
-        known = ", ".join(sorted(FAMILIES))
-        raise ValueError(f"model '{config.sie_id}': unknown adapter family {family!r} (known: {known})")
-    module_name, class_name = target.split(":")
-    loader: AdapterLoader = getattr(importlib.import_module(module_name), class_name).load
+    """Build the adapter of the profile's family (sie.families), weights on `device`.
+
+    The family's adapter module is imported only now, so a server of dense models never imports
+    onnxruntime.
+    """
+    try:
+        family = family_of(config.profile(profile).adapter)
+    except UnknownFamily as exc:
+        raise UnknownFamily(f"model '{config.sie_id}': {exc}") from None
+    loader: AdapterLoader = family.adapter_class().load
     return loader(config, weights_dir, device, profile)

@@ -1,0 +1,63 @@
+"""The model families this server serves, one spec module each, registered here by name.
+
+Adding a family: write `sie/families/<name>.py` defining `FAMILY = Family(name="<name>", ...)` and
+add `<name>` to `_SPEC_MODULES` below (docs/adding-a-family.md has the rest). Spec modules import
+nothing heavy: frontends and the supervisor import this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from sie.families.spec import EncodeOutput, Family, InputKind, ScoreMethod, resolve_target
+
+_SPEC_MODULES = (
+    "dense",
+    "splade",
+    "colbert",
+    "hybrid",
+    "cross_encoder",
+    "nli_zero_shot",
+    "token_classification",
+    "gliner",
+    "clip",
+    "owlv2",
+    "whisper",
+)
+
+
+class UnknownFamily(ValueError):
+    """A profile names an adapter family that no spec module registers."""
+
+
+def _spec_of(module_name: str) -> Family:
+    spec = getattr(importlib.import_module(f"{__name__}.{module_name}"), "FAMILY", None)
+    if not isinstance(spec, Family) or spec.name != module_name:
+        raise TypeError(f"{__name__}.{module_name}.FAMILY must be a Family named {module_name!r}")
+    return spec
+
+
+FAMILIES: Mapping[str, Family] = MappingProxyType({name: _spec_of(name) for name in _SPEC_MODULES})
+
+
+def family_of(name: str) -> Family:
+    """The registered family called `name`; an unknown name is an UnknownFamily listing the known ones."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        known = ", ".join(sorted(FAMILIES))
+        raise UnknownFamily(f"unknown adapter family {name!r} (known: {known})") from None
+
+
+__all__ = [
+    "FAMILIES",
+    "EncodeOutput",
+    "Family",
+    "InputKind",
+    "ScoreMethod",
+    "UnknownFamily",
+    "family_of",
+    "resolve_target",
+]

@@ -1,0 +1,67 @@
+"""What a model family is: the one record both sides of the rings read to serve its models.
+
+A profile's `adapter:` names a family. The device process imports the family's adapter class, the
+frontend its extract runner; both are "module:attribute" strings resolved on first use, so a server
+of dense models never imports onnxruntime, GLiNER or the frontend's media code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from sie.media_config import ImageKind
+
+InputKind = Literal["text", "image", "audio"]
+EncodeOutput = Literal["dense", "sparse", "multivector"]
+# "pairs": each (query, item) pair runs through one forward (cross-encoders);
+# "maxsim": query and items are embedded as token matrices and compared by MaxSim (late interaction).
+ScoreMethod = Literal["pairs", "maxsim"]
+# How the frontend tokenizes encode items: the model's tokenizer as is, or ColBERT's markers,
+# query expansion and skiplist (sie.frontend.colbert).
+EncodeTokenization = Literal["plain", "colbert"]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str  # what a profile's `adapter:` says
+    adapter: str  # "module:Class" of the device adapter; the class has a `load` classmethod
+    inputs: tuple[InputKind, ...] = ("text",)  # what an item may carry (/v1/models lists it)
+    encodes: frozenset[EncodeOutput] = frozenset()  # encode outputs a model of it may declare
+    score: ScoreMethod | None = None
+    # "module:function" of the frontend's extract runner, (state, name, config, job) -> Extracted;
+    # None: the family serves no extract.
+    extract_runner: str | None = None
+    extract_needs_labels: bool = False  # zero-shot: a request without params.labels is a 400
+    # The device forward depends on `is_query`; for the others the flag is dropped before batching,
+    # since it would only split batches of queries and documents that could run together.
+    device_reads_is_query: bool = False
+    encode_tokenization: EncodeTokenization = "plain"
+    # Image processing used when the model's preprocessor config names no processor type.
+    media_kind: ImageKind | None = None
+
+    @property
+    def serves_extract(self) -> bool:
+        return self.extract_runner is not None
+
+    def adapter_class(self) -> Any:
+        """The adapter class, its module imported now (torch and the family's own libraries)."""
+        return resolve_target(self.adapter)
+
+    def extract_function(self) -> Any:
+        """The frontend's extract runner, its module imported now."""
+        if self.extract_runner is None:
+            raise ValueError(f"model family {self.name!r} serves no extract")
+        return resolve_target(self.extract_runner)
+
+
+@functools.cache  # a request path resolves its family's runner each time
+def resolve_target(target: str) -> Any:
+    """The attribute named by "module:attribute", importing the module."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{target!r} is not of the form 'module:attribute'")
+    return getattr(importlib.import_module(module_name), attribute)
