@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from sie import catalog_report
 from sie.settings import HELP, Settings, env_names, environment_notices, load_settings
 
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar=field.upper(),
             help=f"{HELP[field]} [env {' or '.join(env_names(field))}; default {default}]",
         )
+    catalog_report.add_parser(commands)
     for role in ("_device", "_frontend"):
         child = commands.add_parser(role, help=argparse.SUPPRESS)
         child.add_argument("settings")
@@ -47,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve({k: v for k, v in vars(args).items() if k != "command"})
+    if args.command == "catalog":
+        return catalog_report.run(args)
     settings = Settings.decode(args.settings)
     if args.command == "_device":
         from sie.gpu_proc.main import main as device_main

@@ -21,17 +21,9 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from sie.families import FAMILIES
+
 BUILTIN_MODELS_DIR = Path(__file__).parent / "models"
-# Which families serve which task besides encode (a YAML's `tasks` lists the encode outputs).
-CROSS_ENCODER_FAMILIES = frozenset({"cross_encoder"})
-LATE_INTERACTION_FAMILIES = frozenset({"colbert", "hybrid"})
-EXTRACT_FAMILIES = frozenset({"token_classification", "gliner", "nli_zero_shot", "owlv2", "whisper"})
-# What each family's forward can take (what /v1/models lists as `inputs`); the others read text only.
-FAMILY_INPUTS: dict[str, tuple[str, ...]] = {
-    "clip": ("text", "image"),
-    "owlv2": ("image",),
-    "whisper": ("audio",),
-}
 DEFAULT_MAX_BATCH_TOKENS = 16384
 
 
@@ -90,6 +82,14 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     normalize: bool = True
     query_template: str | None = None
     doc_template: str | None = None
+    # SIE's instructions: `{instruction}` in a template takes the request's instruction, else the
+    # profile's `instruction`, else (queries only) `default_instruction`.
+    instruction: str | None = None
+    default_instruction: str | None = None
+    # What a request that names no output_types gets from this profile (None: dense), and the
+    # similarity each output is meant for (reported by /v1/models, as SIE does).
+    output_types: list[Literal["dense", "sparse", "multivector"]] | None = None
+    output_similarity: dict[str, Literal["cosine", "dot", "l2"]] | None = None
     # cross_encoder / nli_zero_shot: "sigmoid", "softmax" or "identity" (None: as sentence-transformers
     # decides from config.json); NLI's hypothesis template and its entailment label.
     activation: Literal["sigmoid", "softmax", "identity"] | None = None
@@ -100,6 +100,8 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     query_prefix: str | None = None
     document_prefix: str | None = None
     query_length: int | None = None
+    document_length: int | None = None
+    do_query_expansion: bool | None = None
     attend_to_expansion_tokens: bool | None = None
     skiplist_words: list[str] | None = None
     muvera: dict[str, Any] | None = None
@@ -108,6 +110,14 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     threshold: float | None = None
     ignore_labels: list[str] | None = None
     join_touching: bool = False
+
+    def instruction_for(self, requested: str | None, *, is_query: bool) -> str | None:
+        """The instruction a text is formatted with: the request's (even ""), else the profile's."""
+        if requested is not None:
+            return requested
+        if self.instruction is not None:
+            return self.instruction
+        return self.default_instruction if is_query else None
 
 
 class AdapterOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -134,6 +144,13 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # LoRA adapters a request may name (`options.lora`): name -> local PEFT adapter folder. Relative
     # paths are taken from the YAML file's folder.
     loras: dict[str, str] = {}
+    # SIE's `hf_tokenizer_dependencies`: {hf_id: revision} of a repository whose tokenizer files the
+    # model uses when its own folder has none (GLiNER checkpoints name their backbone's).
+    hf_tokenizer_dependencies: dict[str, str] = {}
+    # Facts about an SIE YAML's fields that have no effect here (engine tuning), logged once at start.
+    notes: list[str] = []
+    # Profiles of an SIE YAML this server cannot serve -> why (a request naming one gets the reason).
+    refused_profiles: dict[str, str] = {}
 
     @property
     def default_profile_name(self) -> str:
@@ -157,19 +174,24 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """The default profile's adapter family (every profile of a model shares its weights)."""
         return self.profile().adapter
 
+    # The three below ask the family's spec (sie.families); an unknown family serves nothing
+    # beyond text encode here, and fails when its model loads.
     def supports_score(self) -> bool:
         """Cross-encoders score pairs; multi-vector models score by MaxSim."""
-        if self.family in CROSS_ENCODER_FAMILIES:
-            return True
-        return self.family in LATE_INTERACTION_FAMILIES and "multivector" in self.output_types()
+        spec = FAMILIES.get(self.family)
+        if spec is None or spec.score is None:
+            return False
+        return spec.score == "pairs" or "multivector" in self.output_types()
 
     def supports_extract(self) -> bool:
-        return self.family in EXTRACT_FAMILIES
+        spec = FAMILIES.get(self.family)
+        return spec is not None and spec.serves_extract
 
     def input_kinds(self) -> tuple[str, ...]:
         """The modalities this model's items may carry, decided by its family (a YAML's `inputs`
         block cannot make a text encoder see images)."""
-        return FAMILY_INPUTS.get(self.family, ("text",))
+        spec = FAMILIES.get(self.family)
+        return spec.inputs if spec is not None else ("text",)
 
     def dense_dim(self) -> int | None:
         encode = self.tasks.encode
@@ -225,10 +247,18 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
 
 
 def load_model_file(path: Path) -> ModelConfig:
-    with path.open() as fh:
-        raw = yaml.safe_load(fh)
+    """One YAML file, in our format or SIE's (told apart by SIE's `adapter_path`)."""
+    try:
+        with path.open() as fh:
+            raw = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ModelConfigError(f"{path}: not readable as YAML: {exc}") from None
     if not isinstance(raw, Mapping):
         raise ModelConfigError(f"{path}: expected a mapping at the top level")
+    from sie.sie_yaml import is_sie_format, translate  # deferred: sie_yaml imports this module
+
+    if is_sie_format(raw):
+        raw = translate(raw, str(path))
     config = parse_model_config(raw, str(path))
     if not config.loras:
         return config
@@ -239,16 +269,31 @@ def load_model_file(path: Path) -> ModelConfig:
     return msgspec.structs.replace(config, loras=loras)
 
 
-class Catalog:
-    """Every configured model, in a fixed order both sides agree on."""
+class UnsupportedModel(msgspec.Struct, frozen=True):
+    """A model file this server read but cannot serve, and why (listed by /v1/models)."""
 
-    def __init__(self, models: list[ModelConfig], *, keep_order: bool = False) -> None:
+    sie_id: str
+    source: str
+    reason: str
+
+
+class Catalog:
+    """Every configured model, in a fixed order both sides agree on, and the files left out."""
+
+    def __init__(
+        self,
+        models: list[ModelConfig],
+        *,
+        keep_order: bool = False,
+        unsupported: list[UnsupportedModel] | None = None,
+    ) -> None:
         # Sorted when read from a directory; `keep_order` for a catalog handed down by the supervisor,
         # whose order is the numbering every process must share.
         self.models = list(models) if keep_order else sorted(models, key=lambda m: m.sie_id)
         self._slots = {m.sie_id: i for i, m in enumerate(self.models)}
         if len(self._slots) != len(self.models):
             raise ModelConfigError("two model files declare the same sie_id")
+        self.unsupported = {u.sie_id: u for u in unsupported or [] if u.sie_id not in self._slots}
 
     def __len__(self) -> int:
         return len(self.models)
@@ -266,35 +311,103 @@ class Catalog:
         return [m.sie_id for m in self.models]
 
 
+def read_models_dir(directory: Path) -> tuple[list[ModelConfig], list[UnsupportedModel]]:
+    """Every `*.yaml` in the directory: the models it serves, and those it cannot with the reason.
+
+    One bad file never stops the rest; a second file claiming an id already taken is left out."""
+    models: dict[str, ModelConfig] = {}
+    unsupported: list[UnsupportedModel] = []
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            config = load_model_file(path)
+        except ModelConfigError as exc:
+            unsupported.append(UnsupportedModel(_declared_id(path), str(path), str(exc)))
+            continue
+        if config.sie_id in models:
+            reason = f"{path}: sie_id '{config.sie_id}' is already declared by another file"
+            unsupported.append(UnsupportedModel(config.sie_id, str(path), reason))
+            continue
+        models[config.sie_id] = config
+    return list(models.values()), unsupported
+
+
+def _declared_id(path: Path) -> str:
+    """The sie_id a file declares, read leniently (for naming a file that failed to load)."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        raw = None
+    declared = raw.get("sie_id") if isinstance(raw, Mapping) else None
+    return declared if isinstance(declared, str) and declared else path.stem.replace("__", "/")
+
+
 def load_catalog(models_dir: str | Path | None = None, include: list[str] | None = None) -> Catalog:
     """Read every `*.yaml` in the directory (the built-in one by default); keep only `include`."""
     directory = Path(models_dir) if models_dir else BUILTIN_MODELS_DIR
     if not directory.is_dir():
         raise ModelConfigError(f"models directory {directory} does not exist")
-    models = [load_model_file(p) for p in sorted(directory.glob("*.yaml"))]
+    models, unsupported = read_models_dir(directory)
     if include:
-        known = {m.sie_id for m in models}
+        known = {m.sie_id for m in models} | {u.sie_id for u in unsupported}
         missing = [name for name in include if name not in known]
         if missing:
             raise ModelConfigError(f"--models names unknown models: {', '.join(missing)}")
         models = [m for m in models if m.sie_id in include]
-    return Catalog(models)
+        unsupported = [u for u in unsupported if u.sie_id in include]
+    return Catalog(models, unsupported=unsupported)
 
 
 def resolve_weights_dir(config: ModelConfig) -> Path:
-    """The local folder holding config.json, the weights and tokenizer.json. Never downloads."""
+    """The local folder holding config.json, the weights and tokenizer.json. Downloads only where
+    the supervisor allowed it (--hf-fallback)."""
     weights = config.weights
     if weights.path:
         folder = Path(weights.path).expanduser()
     elif weights.package:
         folder = _package_dir(weights.package) / weights.package_path
     elif config.hf_id:
-        folder = _hf_cache_snapshot(config.hf_id, config.hf_revision)
+        folder = hf_snapshot(config.hf_id, config.hf_revision)
     else:
         raise ModelConfigError(f"model '{config.sie_id}' names no weights (weights.path/package or hf_id)")
     if not folder.is_dir():
         raise ModelConfigError(f"model '{config.sie_id}': weights folder {folder} does not exist")
     return folder
+
+
+def weights_present(config: ModelConfig) -> bool:
+    """Whether the model's files are on this machine now (never downloads)."""
+    weights = config.weights
+    try:
+        if weights.path:
+            return Path(weights.path).expanduser().is_dir()
+        if weights.package:
+            return (_package_dir(weights.package) / weights.package_path).is_dir()
+        if config.hf_id:
+            from huggingface_hub import snapshot_download
+
+            snapshot_download(
+                config.hf_id, revision=config.hf_revision, cache_dir=hf_hub_cache(), local_files_only=True
+            )
+            return True
+    except Exception:  # any failure to find them means: not here
+        return False
+    return False
+
+
+def resolve_tokenizer_file(config: ModelConfig) -> Path:
+    """tokenizer.json from the model's folder, else from a repository it names as its tokenizer's."""
+    own = resolve_weights_dir(config) / "tokenizer.json"
+    if own.is_file():
+        return own
+    for hf_id, revision in config.hf_tokenizer_dependencies.items():
+        candidate = hf_snapshot(hf_id, revision) / "tokenizer.json"
+        if candidate.is_file():
+            return candidate
+    named = ", ".join(config.hf_tokenizer_dependencies) or "none"
+    raise ModelConfigError(
+        f"model '{config.sie_id}': no tokenizer.json in {own.parent} "
+        f"nor in its tokenizer repositories ({named})"
+    )
 
 
 def _package_dir(package: str) -> Path:
@@ -305,30 +418,35 @@ def _package_dir(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _hf_cache_snapshot(hf_id: str, revision: str | None) -> Path:
-    """The cached snapshot of `hf_id`; downloaded first only where the Hub may be reached.
+def hf_hub_cache() -> Path:
+    """The Hugging Face cache the children read: the supervisor turns SIE_LOCAL_CACHE into HF_HUB_CACHE."""
+    from huggingface_hub import constants
 
-    The supervisor turns SIE_LOCAL_CACHE / SIE_HF_FALLBACK into Hugging Face's own HF_HUB_CACHE /
-    HF_HUB_OFFLINE for its children (sie.supervisor.children), which is what this reads.
-    """
-    hub = os.environ.get("HF_HUB_CACHE") or str(
-        Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
-    )
-    repo = Path(hub).expanduser() / ("models--" + hf_id.replace("/", "--"))
-    ref = revision or "main"
-    ref_file = repo / "refs" / ref
-    commit = ref_file.read_text().strip() if ref_file.is_file() else ref
-    snapshot = repo / "snapshots" / commit
-    if snapshot.is_dir():
-        return snapshot
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise ModelConfigError(
-            f"'{hf_id}' is not in the local Hugging Face cache ({repo}); "
-            "set SIE_HF_FALLBACK=true to download it from the Hub"
-        )
+    return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser()
+
+
+def hf_snapshot(hf_id: str, revision: str | None) -> Path:
+    """The cached snapshot of `hf_id` at `revision`, found by huggingface_hub's own cache lookup;
+    downloaded only when HF_HUB_OFFLINE is off (the supervisor sets it unless --hf-fallback)."""
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
-    return Path(snapshot_download(hf_id, revision=revision, cache_dir=hub))
+    cache = hf_hub_cache()
+    try:
+        return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache, local_files_only=True))
+    except LocalEntryNotFoundError:
+        if _offline():
+            at = f"revision {revision}" if revision else "its main branch"
+            raise ModelConfigError(
+                f"'{hf_id}' ({at}) is not in the Hugging Face cache {cache}: download it there "
+                f"(hf download {hf_id}{' --revision ' + revision if revision else ''} --cache-dir {cache}), "
+                "point SIE_LOCAL_CACHE at a cache that holds it, or start with --hf-fallback"
+            ) from None
+    return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache))
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 # Loaded with the default model when --preload is not given, so that a server started with no
@@ -339,6 +457,11 @@ DEFAULT_SPARSE_MODEL = "sie/splade-tiny"
 def preload_names(preload: list[str] | None, default_model: str, catalog: Catalog) -> list[str]:
     """Models to load at start: the explicit list, else the default models that are served."""
     if preload:
+        refused = [
+            f"{name} ({catalog.unsupported[name].reason})" for name in preload if name in catalog.unsupported
+        ]
+        if refused:
+            raise ModelConfigError(f"--preload names models this server cannot serve: {'; '.join(refused)}")
         missing = [name for name in preload if name not in catalog]
         if missing:
             raise ModelConfigError(f"--preload names unknown models: {', '.join(missing)}")

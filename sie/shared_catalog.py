@@ -12,16 +12,22 @@ import os
 
 import msgspec
 
-from sie.model_config import Catalog, ModelConfig
+from sie.model_config import Catalog, ModelConfig, UnsupportedModel
+
+
+class _Shared(msgspec.Struct):
+    models: list[ModelConfig]
+    unsupported: list[UnsupportedModel]
+
 
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(list[ModelConfig])
+_DECODER = msgspec.json.Decoder(_Shared)
 
 
 def share_catalog(catalog: Catalog) -> int:
     """A memfd holding the catalog (close-on-exec; pass it to children with `pass_fds`)."""
     fd = os.memfd_create("sie-catalog", os.MFD_CLOEXEC)
-    data = _ENCODER.encode(catalog.models)
+    data = _ENCODER.encode(_Shared(catalog.models, list(catalog.unsupported.values())))
     written = 0
     while written < len(data):
         written += os.pwrite(fd, data[written:], written)
@@ -37,4 +43,5 @@ def read_shared_catalog(fd: int) -> Catalog:
         if not chunk:
             break
         data += chunk
-    return Catalog(_DECODER.decode(data), keep_order=True)
+    shared = _DECODER.decode(data)
+    return Catalog(shared.models, keep_order=True, unsupported=shared.unsupported)

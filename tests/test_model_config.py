@@ -11,7 +11,9 @@ from sie.model_config import (
     load_catalog,
     parse_model_config,
     preload_names,
+    resolve_tokenizer_file,
     resolve_weights_dir,
+    weights_present,
 )
 from sie.settings import DEFAULT_MODEL
 
@@ -69,6 +71,52 @@ def test_weights_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     (tmp_path / "hub" / "models--org--name" / "refs" / "main").write_text("abc")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert resolve_weights_dir(parse_model_config({"sie_id": "a", "hf_id": "org/name"})) == snapshot
+
+
+def _cached(hub: Path, hf_id: str, revision: str, files: dict[str, str]) -> Path:
+    """A model laid out as huggingface_hub lays out its cache (blobs linked from the snapshot)."""
+    repo = hub / ("models--" + hf_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for name, text in files.items():
+        blob = repo / "blobs" / f"{abs(hash((revision, name)))}"
+        blob.write_text(text)
+        (snapshot / name).symlink_to(blob)
+    return snapshot
+
+
+def test_weights_at_the_pinned_revision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = tmp_path / "hub"
+    pinned, newer = "a" * 40, "b" * 40
+    old = _cached(hub, "org/name", pinned, {"config.json": "{}"})
+    _cached(hub, "org/name", newer, {"config.json": "{}"})
+    (hub / "models--org--name" / "refs").mkdir()
+    (hub / "models--org--name" / "refs" / "main").write_text(newer)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = parse_model_config({"sie_id": "a", "hf_id": "org/name", "hf_revision": pinned})
+    assert resolve_weights_dir(config) == old
+    assert weights_present(config)
+    absent = parse_model_config({"sie_id": "b", "hf_id": "org/name", "hf_revision": "c" * 40})
+    assert not weights_present(absent)
+    with pytest.raises(ModelConfigError, match="--hf-fallback") as raised:
+        resolve_weights_dir(absent)
+    assert str(hub) in str(raised.value) and "c" * 40 in str(raised.value)
+
+
+def test_tokenizer_from_a_dependency_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIE's hf_tokenizer_dependencies: a GLiNER checkpoint whose tokenizer lives in its backbone's repo.
+    hub = tmp_path / "hub"
+    _cached(hub, "org/gliner", "a" * 40, {"config.json": "{}"})
+    backbone = _cached(hub, "org/backbone", "d" * 40, {"tokenizer.json": "{}"})
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    raw = {"sie_id": "g", "hf_id": "org/gliner", "hf_revision": "a" * 40}
+    with pytest.raises(ModelConfigError, match="no tokenizer.json"):
+        resolve_tokenizer_file(parse_model_config(raw))
+    config = parse_model_config({**raw, "hf_tokenizer_dependencies": {"org/backbone": "d" * 40}})
+    assert resolve_tokenizer_file(config) == backbone / "tokenizer.json"
 
 
 def test_preload_defaults_to_the_default_dense_and_sparse_models() -> None:

@@ -76,8 +76,13 @@ def colbert_settings(
         query_prefix=_first(runtime.query_prefix, folder.get("query_prefix"), default_q),
         document_prefix=_first(runtime.document_prefix, folder.get("document_prefix"), default_d),
         query_length=_first(runtime.query_length, folder.get("query_length"), DEFAULT_QUERY_LENGTH),
-        document_length=_first(max_sequence_length, folder.get("document_length"), DEFAULT_DOCUMENT_LENGTH),
-        do_query_expansion=bool(_first(folder.get("do_query_expansion"), True)),
+        document_length=_first(
+            runtime.document_length,
+            max_sequence_length,
+            folder.get("document_length"),
+            DEFAULT_DOCUMENT_LENGTH,
+        ),
+        do_query_expansion=bool(_first(runtime.do_query_expansion, folder.get("do_query_expansion"), True)),
         # RuntimeOptions defaults this flag to False, so only a True there can override the folder.
         attend_to_expansion_tokens=bool(
             runtime.attend_to_expansion_tokens or folder.get("attend_to_expansion_tokens")

@@ -77,6 +77,9 @@ def admit(
     if n_items > limit:  # could never be admitted: no retry would help
         raise InputTooLong(f"Request has {n_items} items; at most {limit} can be queued for one model")
     if profile is not None and profile not in config.profiles:
+        if profile in config.refused_profiles:
+            reason = config.refused_profiles[profile]
+            raise InvalidInput(f"Profile '{profile}' of model '{name}' is not served here: {reason}")
         known = ", ".join(sorted(config.profiles)) or "default"
         raise InvalidInput(f"Unknown profile '{profile}' for model '{name}'. Available: {known}")
     gate_model(state, slot, name)

@@ -25,7 +25,7 @@ from sie.heap import HeapTrimmer
 from sie.logs import configure_logging
 from sie.metrics.block import StatsBlock
 from sie.metrics.recorders import FrontendRecorder
-from sie.model_config import Catalog, preload_names
+from sie.model_config import Catalog, preload_names, weights_present
 from sie.settings import Settings
 from sie.shared_catalog import read_shared_catalog
 from sie.shm.control import ControlBlock
@@ -117,7 +117,8 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     )
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
         state.tokenizers.get(catalog.models[slot])
-    if any("image" in config.input_kinds() for config in catalog.models):
+    # Only for image models whose weights are here: a built-in catalog entry never downloaded costs nothing.
+    if any("image" in config.input_kinds() and weights_present(config) for config in catalog.models):
         state.media.start(resample.warm)  # compile the resize loops now, not on the first image
     loop = asyncio.get_running_loop()
     client.start(loop)

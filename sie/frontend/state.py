@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sie.errors import ModelNotFound
+from sie.errors import ModelLoadFailed, ModelNotFound
 from sie.frontend.devices import Devices
 from sie.frontend.media.workers import MediaWorkers
 from sie.frontend.observe import note_model
@@ -32,6 +32,9 @@ class FrontendState:
 
     def model(self, name: str) -> tuple[int, ModelConfig]:
         if name not in self.catalog:
+            unsupported = self.catalog.unsupported.get(name)
+            if unsupported is not None:
+                raise ModelLoadFailed(f"Model '{name}' cannot be served by this server: {unsupported.reason}")
             raise ModelNotFound(name)
         slot = self.catalog.slot(name)
         note_model(slot, name)  # the request's model, for /metrics and tracing

@@ -7,17 +7,18 @@ tokenizer releases the GIL inside `encode_batch`, so callers may run it in a wor
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from sie.errors import InvalidInput
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig, RuntimeOptions, resolve_tokenizer_file
 
 T = TypeVar("T")
 
@@ -29,16 +30,12 @@ CHARS_PER_TOKEN_GUESS = 16
 BUDGET_GROWTH = 16
 
 
-def format_text(
-    text: str,
-    *,
-    is_query: bool,
-    instruction: str | None,
-    query_template: str | None,
-    doc_template: str | None,
-) -> str:
-    """Apply the model's query or document template; with none, prefix the instruction if any."""
-    template = query_template if is_query else doc_template
+def format_text(text: str, *, is_query: bool, instruction: str | None, runtime: RuntimeOptions) -> str:
+    """Apply the profile's query or document template with the instruction that applies (the
+    request's, else the profile's; see `RuntimeOptions.instruction_for`); with no template, prefix
+    the instruction if any."""
+    template = runtime.query_template if is_query else runtime.doc_template
+    instruction = runtime.instruction_for(instruction, is_query=is_query)
     if template:
         try:
             # Extra keyword arguments are ignored by str.format, so a template without
@@ -69,7 +66,11 @@ class Encoded:
 class TextTokenizer:
     """One model's tokenizer: truncation to `max_length` tokens (special tokens included), no padding."""
 
-    def __init__(self, tokenizer_json: Path, max_length: int) -> None:
+    def __init__(self, tokenizer_json: Path, max_length: int, *, append_id: int | None = None) -> None:
+        # `append_id` (a decoder embedder's EOS) is added after truncation, so it is never cut off
+        # and always the last token, where last-token pooling reads.
+        self._append_id = append_id
+        max_length = max_length - 1 if append_id is not None else max_length
         self.max_length = max_length
         # tokenizer.json often carries its own truncation and fixed padding (MiniLM's pads to 128):
         # both are replaced, since the device packs sequences flat and the model config sets length.
@@ -94,7 +95,8 @@ class TextTokenizer:
         limit = self._char_budget
         capped = [text if len(text) <= limit else self._cut(text, keep)[0] for text in texts]
         encodings = self._tokenizer.encode_batch_fast(capped)
-        return _flatten(encodings, keep_types=self._single_has_types)
+        encoded = _flatten(encodings, keep_types=self._single_has_types)
+        return encoded if self._append_id is None else _append_token(encoded, self._append_id)
 
     def encode_pairs(self, queries: Sequence[str], docs: Sequence[str]) -> Encoded:
         """Tokenize (query, doc) pairs for cross-encoders; token types mark the two segments."""
@@ -243,6 +245,46 @@ def _flatten(encodings: list[Encoding], *, keep_types: bool) -> Encoded:
     return Encoded(offsets, input_ids, token_type_ids, n_tokens)
 
 
+def _append_token(encoded: Encoded, token_id: int) -> Encoded:
+    """The same batch with `token_id` added at the end of every item (token type 0)."""
+    n = len(encoded.offsets) - 1
+    offsets = encoded.offsets + np.arange(n + 1, dtype=np.int32)
+    ends = offsets[1:] - 1
+    original = np.ones(int(offsets[-1]), dtype=bool)
+    original[ends] = False
+    input_ids = np.empty(int(offsets[-1]), dtype=np.int32)
+    input_ids[original] = encoded.input_ids
+    input_ids[ends] = token_id
+    types = None
+    if encoded.token_type_ids is not None:
+        types = np.zeros(int(offsets[-1]), dtype=np.int8)
+        types[original] = encoded.token_type_ids
+    return Encoded(offsets, input_ids, types, int(offsets[-1]))
+
+
+def eos_token_id(folder: Path, tokenizer: Tokenizer) -> int:
+    """The EOS token named by the model's tokenizer_config.json (else config.json's eos_token_id)."""
+    named = _read_json(folder / "tokenizer_config.json").get("eos_token")
+    if isinstance(named, dict):
+        named = named.get("content")
+    if isinstance(named, str) and tokenizer.token_to_id(named) is not None:
+        return int(tokenizer.token_to_id(named))
+    eos = _read_json(folder / "config.json").get("eos_token_id")
+    if isinstance(eos, list) and eos:
+        eos = eos[0]
+    if not isinstance(eos, int):
+        raise ValueError(f"append_eos: no EOS token in {folder}'s tokenizer_config.json or config.json")
+    return eos
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 class TokenizerCache:
     """Loads each model's tokenizer once and shares it between requests (and threads), together
     with what families build on top of it (ColBERT markers, GLiNER prompts, label tables)."""
@@ -276,5 +318,9 @@ class TokenizerCache:
 
 
 def _load(config: ModelConfig) -> TextTokenizer:
-    path = resolve_weights_dir(config) / "tokenizer.json"
-    return TextTokenizer(path, config.max_sequence_length or DEFAULT_MAX_LENGTH)
+    path = resolve_tokenizer_file(config)
+    max_length = config.max_sequence_length or DEFAULT_MAX_LENGTH
+    if not config.profile().adapter_options.loadtime.get("append_eos"):
+        return TextTokenizer(path, max_length)
+    eos = eos_token_id(path.parent, Tokenizer.from_file(str(path)))
+    return TextTokenizer(path, max_length, append_id=eos)

@@ -8,7 +8,7 @@ text the spec's error table asks for. Unknown fields are ignored, as SIE ignores
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 import msgspec
@@ -154,10 +154,11 @@ def decode_body(body: bytes, content_type: str | None, type_: type[T]) -> T:
     return decoded
 
 
-def output_types_of(req: EncodeRequest) -> list[str]:
+def output_types_of(req: EncodeRequest, profile_default: Sequence[str] | None = None) -> list[str]:
+    """The request's output types, else the profile's, else dense."""
     params = req.params
     if params is None or params.output_types is None:
-        return list(DEFAULT_OUTPUT_TYPES)
+        return list(profile_default or DEFAULT_OUTPUT_TYPES)
     return params.output_types
 
 

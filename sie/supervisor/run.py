@@ -23,6 +23,7 @@ import time
 import msgspec
 
 from sie.catalog_defaults import with_server_defaults
+from sie.catalog_report import log_catalog
 from sie.model_config import load_catalog, preload_names
 from sie.settings import Settings
 from sie.shared_catalog import share_catalog
@@ -44,6 +45,7 @@ class Supervisor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.catalog = with_server_defaults(load_catalog(settings.models_dir, settings.models), settings)
+        log_catalog(self.catalog)
         preload = preload_names(settings.preload, settings.default_model, self.catalog)
         self.preload_slots = [self.catalog.slot(name) for name in preload]
         self.catalog_fd = share_catalog(self.catalog)  # every child, restarted ones too, reads this

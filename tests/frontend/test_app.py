@@ -17,7 +17,7 @@ from sie.frontend.app import build_app
 from sie.frontend.devices import Placement
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
-from sie.model_config import Catalog, load_catalog, parse_model_config
+from sie.model_config import Catalog, UnsupportedModel, load_catalog, parse_model_config
 from sie.settings import Settings
 from sie.shm.control import ModelState
 from sie.shm.layout import ResultKind, TokenBatch
@@ -43,7 +43,11 @@ MODEL_INFO_KEYS = {
     "queue_depth",
     "loads",
     "instance",
+    "supported",
+    "unsupported_profiles",
 }
+UNSUPPORTED = "org/gliclass"
+UNSUPPORTED_REASON = "profile 'default': GLiClassAdapter: zero-shot classification is not served here"
 
 
 def fake_vector(ids: np.ndarray, dim: int) -> np.ndarray:
@@ -115,9 +119,11 @@ def catalog() -> Catalog:
                 "default": {"adapter_options": {"runtime": {"normalize": False}}},
                 "fast": {"max_batch_tokens": 100},
             },
+            "refused_profiles": {"banking": "runtime.lora_id: not loaded by profile here"},
         }
     )
-    return Catalog([builtin, odd])
+    unsupported = UnsupportedModel(UNSUPPORTED, "models/org__gliclass.yaml", UNSUPPORTED_REASON)
+    return Catalog([builtin, odd], unsupported=[unsupported])
 
 
 @pytest.fixture
@@ -396,7 +402,12 @@ def test_models_list_shape(client: TestClient, devices: FakeDevices) -> None:
     response = client.get("/v1/models", headers={"accept": MSGPACK})
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     models = {m["name"]: m for m in response.json()["models"]}
-    assert set(models) == {MINILM, ODD}
+    assert set(models) == {MINILM, ODD, UNSUPPORTED}
+    unsupported = models.pop(UNSUPPORTED)
+    assert unsupported["supported"] is False and unsupported["state"] == "failed"
+    assert unsupported["unsupported_reason"] == UNSUPPORTED_REASON
+    assert unsupported["last_error"] == {"code": "MODEL_LOAD_FAILED", "message": UNSUPPORTED_REASON}
+    assert client.get(f"/v1/models/{UNSUPPORTED}").json()["unsupported_reason"] == UNSUPPORTED_REASON
     for info in models.values():
         assert set(info) == MODEL_INFO_KEYS
         assert info["state"] == "loaded" and info["loaded"] is True and info["last_error"] is None
@@ -409,6 +420,16 @@ def test_models_list_shape(client: TestClient, devices: FakeDevices) -> None:
     missing = client.get("/v1/models/foo/bar")
     assert missing.status_code == 404
     assert error_of(missing) == ("MODEL_NOT_FOUND", "Model 'foo/bar' not found")
+
+
+def test_unsupported_model_and_refused_profile_say_why(client: TestClient) -> None:
+    body = {"items": [{"text": "hi"}]}
+    refused = client.post(f"/v1/encode/{UNSUPPORTED}", json=body)
+    assert refused.status_code == 502
+    code, message = error_of(refused)
+    assert code == "MODEL_LOAD_FAILED" and UNSUPPORTED_REASON in message
+    profile = client.post(f"/v1/encode/{ODD}", json={**body, "params": {"options": {"profile": "banking"}}})
+    assert profile.status_code == 400 and "lora_id" in error_of(profile)[1]
 
 
 def test_openapi_is_valid_json_with_paths(client: TestClient) -> None:

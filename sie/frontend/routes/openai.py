@@ -33,16 +33,7 @@ async def embeddings(request: Request) -> Response:
             )
         # OpenAI inputs are documents: the model's document template applies, as on /v1/encode.
         runtime = config.profile().adapter_options.runtime
-        formatted = [
-            format_text(
-                text,
-                is_query=False,
-                instruction=None,
-                query_template=runtime.query_template,
-                doc_template=runtime.doc_template,
-            )
-            for text in texts
-        ]
+        formatted = [format_text(text, is_query=False, instruction=None, runtime=runtime) for text in texts]
         embedded = await embed(state, req.model, formatted, EmbedOptions())
     except SieError as error:
         return openai_error_response(error)

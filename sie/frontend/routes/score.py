@@ -38,8 +38,7 @@ async def score_route(request: Request) -> Response:
         req.query.text or "",
         is_query=True,
         instruction=req.instruction,
-        query_template=runtime.query_template,
-        doc_template=runtime.doc_template,
+        runtime=runtime,
     )
     lora = lora_option(config, req.options)
     scored = await score(state, name, query, _texts(req.items), profile=profile, lora=lora)

@@ -155,8 +155,11 @@ def load_model(
 ) -> PreTrainedModel:
     """A model class's weights from the local folder, in the profile's precision, on `device`, eval."""
     torch_device = torch.device(device)
+    chosen = config.profile(profile)
+    # SIE's `config_kwargs`: overrides of config.json's attributes (from_pretrained applies them).
+    overrides = dict(chosen.adapter_options.loadtime.get("config_kwargs") or {})
     model = from_pretrained(
-        auto_class, weights_dir, compute_dtype(torch_device, config.profile(profile).compute_precision)
+        auto_class, weights_dir, compute_dtype(torch_device, chosen.compute_precision), **overrides
     )
     place(model, torch_device)
     return model

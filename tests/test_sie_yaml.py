@@ -1,0 +1,270 @@
+"""SIE's model YAML read as it is: every field honoured, noted or refused by name."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sie.catalog_report import text_lines
+from sie.families import FAMILIES
+from sie.model_config import Catalog, ModelConfigError, load_catalog, parse_model_config, read_models_dir
+from sie.sie_yaml import ADAPTERS, adapter_class, is_sie_format, translate
+
+SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
+
+
+def _sie(profiles: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {
+        "sie_id": "org/model",
+        "hf_id": "org/model",
+        "hf_revision": "0" * 40,
+        "inputs": {"text": True, "image": False, "audio": False, "video": False},
+        "tasks": {"encode": {"dense": {"dim": 8}, "sparse": None, "multivector": None}, "score": None},
+        "max_sequence_length": 128,
+        "profiles": profiles,
+        **top,
+    }
+
+
+BERT = "sie_server.adapters.bert_flash:BertFlashAdapter"
+
+
+def _config(raw: dict[str, Any]) -> Any:
+    return parse_model_config(translate(raw, "test.yaml"), "test.yaml")
+
+
+def test_told_apart_from_our_format() -> None:
+    assert is_sie_format(_sie({"default": {"adapter_path": BERT, "max_batch_tokens": 1}}))
+    assert not is_sie_format({"sie_id": "x", "profiles": {"default": {"adapter": "dense"}}})
+    assert adapter_class(BERT) == "BertFlashAdapter"
+
+
+def test_fields_honoured() -> None:
+    runtime = {
+        "pooling": "last_token",
+        "normalize": False,
+        "query_template": "Instruct: {instruction}\nQuery:{text}",
+        "default_instruction": "Find it",
+    }
+    raw = _sie(
+        {
+            "default": {
+                "adapter_path": BERT,
+                "max_batch_tokens": 4096,
+                "compute_precision": "bfloat16",
+                "adapter_options": {
+                    "loadtime": {"append_eos": True, "causal": True, "config_kwargs": {"use_cache": False}},
+                    "runtime": runtime,
+                },
+            }
+        },
+        hf_tokenizer_dependencies={"org/base": "1" * 40},
+    )
+    config = _config(raw)
+    profile = config.profile()
+    assert (config.family, profile.max_batch_tokens, profile.compute_precision) == ("dense", 4096, "bfloat16")
+    assert profile.adapter_options.runtime.pooling == "last"
+    assert profile.adapter_options.runtime.normalize is False
+    assert profile.adapter_options.runtime.instruction_for(None, is_query=True) == "Find it"
+    assert profile.adapter_options.loadtime == {"append_eos": True, "config_kwargs": {"use_cache": False}}
+    assert config.hf_revision == "0" * 40
+    assert config.hf_tokenizer_dependencies == {"org/base": "1" * 40}
+
+
+def test_extends_replaces_option_blocks_whole_as_sie_does() -> None:
+    # SIE: a child's non-empty runtime block replaces the parent's; scalars override one by one.
+    raw = _sie(
+        {
+            "default": {
+                "adapter_path": BERT,
+                "max_batch_tokens": 4096,
+                "adapter_options": {"runtime": {"pooling": "cls", "query_template": "q: {text}"}},
+            },
+            "plain": {
+                "extends": "default",
+                "max_batch_tokens": 512,
+                "adapter_options": {"runtime": {"normalize": False}},
+            },
+            "same": {"extends": "default"},
+        }
+    )
+    config = _config(raw)
+    plain = config.profile("plain")
+    assert plain.max_batch_tokens == 512
+    assert plain.adapter_options.runtime.query_template is None  # replaced, not merged
+    assert plain.adapter_options.runtime.pooling == "mean"  # our default: SIE's block said nothing
+    same = config.profile("same")
+    assert (same.max_batch_tokens, same.adapter_options.runtime.query_template) == (4096, "q: {text}")
+
+
+def test_engine_knobs_are_noted_not_ignored() -> None:
+    loadtime = {"attention_backend": "triton", "cuda_graphs": "bucketed"}
+    raw = _sie({"default": {"adapter_path": BERT, "adapter_options": {"loadtime": loadtime}}})
+    notes = _config(raw).notes
+    assert any("attention_backend" in note for note in notes)
+    assert any("cuda_graphs" in note for note in notes)
+
+
+@pytest.mark.parametrize(
+    ("profile", "named"),
+    [
+        ({"adapter_path": "x.y:GLiClassAdapter"}, "GLiClassAdapter"),
+        ({"adapter_path": "x.y:SomethingNewAdapter"}, "SomethingNewAdapter"),
+        (
+            {"adapter_path": BERT, "adapter_options": {"loadtime": {"trust_remote_code": True}}},
+            "trust_remote_code",
+        ),
+        (
+            {"adapter_path": BERT, "adapter_options": {"loadtime": {"forward_kwargs": {"is_causal": False}}}},
+            "forward_kwargs",
+        ),
+        ({"adapter_path": BERT, "adapter_options": {"runtime": {"pooling": "max"}}}, "pooling 'max'"),
+        ({"adapter_path": BERT, "adapter_options": {"runtime": {"lora_id": "a/b"}}}, "lora_id"),
+        ({"adapter_path": BERT, "adapter_options": {"loadtime": {"dense_dim": 4}}}, "dense_dim"),
+        ({"adapter_path": BERT, "kv_cache_dtype": "fp8"}, "kv_cache_dtype"),
+    ],
+)
+def test_a_refused_default_profile_makes_the_model_unsupported(profile: dict[str, Any], named: str) -> None:
+    with pytest.raises(ModelConfigError, match=named):
+        translate(_sie({"default": profile}), "test.yaml")
+
+
+def test_a_refused_other_profile_is_left_out_with_its_reason() -> None:
+    raw = _sie(
+        {
+            "default": {"adapter_path": BERT},
+            "banking": {"extends": "default", "adapter_options": {"runtime": {"lora_id": "a/b"}}},
+            "rerank": {"adapter_path": "x:BertFlashCrossEncoderAdapter"},
+        }
+    )
+    config = _config(raw)
+    assert set(config.profiles) == {"default"}
+    assert "lora_id" in config.refused_profiles["banking"]
+    assert "cross_encoder" in config.refused_profiles["rerank"]
+    assert any("banking" in note for note in config.notes)
+
+
+@pytest.mark.parametrize(
+    "top",
+    [
+        {"tasks": {"generate": {"context_length": 8}}},
+        {"inputs": {"text": True, "video": True}},
+        {"weights_path_of_sie_future": "/x"},
+    ],
+)
+def test_refused_top_level_fields(top: dict[str, Any]) -> None:
+    with pytest.raises(ModelConfigError, match=next(iter(top)).split("_")[0]):
+        translate(_sie({"default": {"adapter_path": BERT}}, **top), "test.yaml")
+
+
+def test_colbert_loadtime_becomes_tokenization_and_muvera_defaults() -> None:
+    loadtime = {
+        "muvera_config": {"num_repetitions": 40, "num_simhash_projections": 6, "projection_dim": 8},
+        "token_dim": 96,
+        "query_max_length": 32,
+        "query_prefix": "[unused0]",
+        "doc_prefix": "[unused1]",
+        "query_expansion": False,
+        "doc_punctuation_skiplist": False,
+        "skip_special_tokens": False,
+    }
+    colbert = "sie_server.adapters.colbert:ColBERTAdapter"
+    raw = _sie(
+        {
+            "default": {
+                "adapter_path": colbert,
+                "adapter_options": {"loadtime": loadtime, "runtime": {"muvera": None}},
+            },
+            "muvera": {
+                "extends": "default",
+                "adapter_options": {
+                    "runtime": {"muvera": {}, "output_types": ["dense"], "max_seq_length": 300}
+                },
+            },
+        },
+        tasks={"encode": {"multivector": {"dim": 96}}, "score": {}},
+    )
+    config = _config(raw)
+    default = config.profile().adapter_options.runtime
+    assert (default.query_prefix, default.document_prefix, default.query_length) == (
+        "[unused0]",
+        "[unused1]",
+        32,
+    )
+    assert default.do_query_expansion is False and default.skiplist_words == []
+    assert default.muvera is None
+    muvera = config.profile("muvera").adapter_options.runtime
+    assert muvera.muvera == {"num_repetitions": 40, "num_simhash_projections": 6, "projection_dim": 8}
+    assert (muvera.output_types, muvera.document_length) == (["dense"], 300)
+    wrong_dim = copy.deepcopy(raw)
+    wrong_dim["tasks"]["encode"]["multivector"]["dim"] = 128
+    with pytest.raises(ModelConfigError, match="token_dim"):
+        translate(wrong_dim, "test.yaml")
+
+
+def test_one_bad_file_never_stops_the_directory(tmp_path: Path) -> None:
+    good = _sie({"default": {"adapter_path": BERT}})
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
+    (tmp_path / "cut.yaml").write_text("sie_id: org/cut\nprofiles: {default: {adapter_path: [")
+    (tmp_path / "gliclass.yaml").write_text(
+        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:GLiClassAdapter"}}, sie_id="org/gliclass"))
+    )
+    (tmp_path / "twin.yaml").write_text(yaml.safe_dump(good))
+    models, unsupported = read_models_dir(tmp_path)
+    assert [m.sie_id for m in models] == ["org/model"]
+    reasons = {u.sie_id: u.reason for u in unsupported}
+    # A file that is not YAML at all is named after the file (SIE's `org__name.yaml` -> `org/name`).
+    assert set(reasons) == {"cut", "org/gliclass", "org/model"}
+    assert "YAML" in reasons["cut"] and "GLiClass" in reasons["org/gliclass"]
+    assert "already declared" in reasons["org/model"]
+    catalog = load_catalog(tmp_path)
+    assert catalog.names() == ["org/model"] and set(catalog.unsupported) == {"cut", "org/gliclass"}
+    assert text_lines(catalog)[-1] == "1 served, 2 unsupported, 3 in all"
+
+
+def test_every_adapter_rule_names_a_family_we_have_or_a_reason() -> None:
+    for name, rule in ADAPTERS.items():
+        assert (rule.family in FAMILIES) if rule.family else rule.refusal, name
+
+
+def _sie_catalog() -> Catalog:
+    if not SIE_CATALOG.is_dir():
+        pytest.skip("no SIE catalog data")
+    return load_catalog(SIE_CATALOG)
+
+
+def test_sie_catalog_reads_whole() -> None:
+    # SIE 0.10.1's own directory: every file is read, and each one is served or has a named reason.
+    catalog = _sie_catalog()
+    assert len(catalog) + len(catalog.unsupported) == len(list(SIE_CATALOG.glob("*.yaml"))) == 213
+    assert len(catalog) >= 80
+    for model_id in ("BAAI/bge-m3", "Qwen/Qwen3-Embedding-0.6B", "cross-encoder/ms-marco-MiniLM-L-6-v2"):
+        assert model_id in catalog
+    assert "GLiClassAdapter" in catalog.unsupported["knowledgator/gliclass-small-v1.0"].reason
+    assert "generation" in catalog.unsupported["Qwen/Qwen3-0.6B"].reason
+    qwen = catalog.get("Qwen/Qwen3-Embedding-0.6B").profile().adapter_options.runtime
+    assert qwen.pooling == "last"
+    assert qwen.instruction_for(None, is_query=True) == (
+        "Given a web search query, retrieve relevant passages that answer the query"
+    )
+
+
+def test_builtin_catalog_serves_what_sie_catalog_serves() -> None:
+    # The built-in directory (written by scripts/write_builtin_catalog.py) knows every id that SIE's
+    # directory, read as it is, serves here, with the same family, dims and templates.
+    sie = _sie_catalog()
+    builtin = load_catalog()
+    assert not builtin.unsupported
+    for model in sie.models:
+        ours = builtin.get(model.sie_id)
+        assert ours.family == model.family, model.sie_id
+        assert ours.tasks.encode == model.tasks.encode, model.sie_id
+        if ours.weights.package is None:  # the hand-written built-ins ship their weights in a package
+            assert ours.hf_revision == model.hf_revision, model.sie_id
+            assert ours.profile().adapter_options.runtime == model.profile().adapter_options.runtime, (
+                model.sie_id
+            )
