@@ -65,10 +65,13 @@ def _ours(translated: dict[str, Any]) -> dict[str, Any]:
     return _pruned(translated)
 
 
+_VERBATIM = frozenset({"muvera", "muvera_config"})  # a null inside these means something
+
+
 def _pruned(value: Any) -> Any:
     if isinstance(value, dict):
-        kept = {k: _pruned(v) for k, v in value.items()}
-        return {k: v for k, v in kept.items() if v is not None and v != {} or k in ("score", "extract")}
+        kept = {k: v if k in _VERBATIM else _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if (v is not None and v != {}) or k in ("score", "extract")}
     if isinstance(value, list):
         return [_pruned(v) for v in value]
     return value

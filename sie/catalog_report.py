@@ -85,4 +85,5 @@ def log_catalog(catalog: Catalog) -> None:
 def _short(reason: str) -> str:
     """A reason without the file path that prefixes load errors (the path is in --json)."""
     head, sep, rest = reason.partition(": ")
-    return rest if sep and (head.endswith(".yaml") or Path(head).suffix == ".yaml") else reason
+    shown = rest if sep and Path(head).suffix == ".yaml" else reason
+    return " ".join(shown.split())  # one line, whatever the YAML parser's message looked like

@@ -105,11 +105,16 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     attend_to_expansion_tokens: bool | None = None
     skiplist_words: list[str] | None = None
     muvera: dict[str, Any] | None = None
+    muvera_config: dict[str, Any] | None = None  # SIE's: MUVERA settings when a request or profile asks
     # gliner / token_classification: score threshold and labels ignored in the output; a tagger
     # that marks every sub-word B- (Rampart) needs touching pieces of one type joined into one span.
     threshold: float | None = None
     ignore_labels: list[str] | None = None
     join_touching: bool = False
+    # gliner: join entities of one label that touch or sit one character apart (token-level models
+    # such as NuNER Zero tag each word alone); nli_zero_shot: labels scored independently by default.
+    merge_adjacent_entities: bool = False
+    multi_label: bool = False
 
     def instruction_for(self, requested: str | None, *, is_query: bool) -> str | None:
         """The instruction a text is formatted with: the request's (even ""), else the profile's."""
@@ -438,9 +443,9 @@ def hf_snapshot(hf_id: str, revision: str | None) -> Path:
         if _offline():
             at = f"revision {revision}" if revision else "its main branch"
             raise ModelConfigError(
-                f"'{hf_id}' ({at}) is not in the Hugging Face cache {cache}: download it there "
-                f"(hf download {hf_id}{' --revision ' + revision if revision else ''} --cache-dir {cache}), "
-                "point SIE_LOCAL_CACHE at a cache that holds it, or start with --hf-fallback"
+                f"'{hf_id}' ({at}) is not in the Hugging Face cache {cache}. Start with --hf-fallback to "
+                "download it, point SIE_LOCAL_CACHE at a cache that holds it, or put it there with "
+                f"`hf download {hf_id}{' --revision ' + revision if revision else ''} --cache-dir {cache}`"
             ) from None
     return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache))
 

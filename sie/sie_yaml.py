@@ -27,37 +27,43 @@ class AdapterRule:
 
     family: str | None
     refusal: str = ""
+    # SIE's adapter runs the model folder's own code unless the YAML says `trust_remote_code: false`.
+    runs_model_code: bool = False
 
 
-def _family(name: str) -> AdapterRule:
-    return AdapterRule(name)
+def _family(name: str, *, runs_model_code: bool = False) -> AdapterRule:
+    return AdapterRule(name, runs_model_code=runs_model_code)
 
 
 def _refused(reason: str) -> AdapterRule:
     return AdapterRule(None, reason)
 
 
-_CUSTOM_CODE = "its architecture runs the model's own modeling code (trust_remote_code), not served here yet"
 _NO_GENERATION = "text generation is not served by this server"
 
-# SIE adapter class name -> our family (or why not). Unknown classes are refused by name.
+# SIE adapter class name -> our family (or why not). Unknown classes are refused by name. An adapter
+# that runs custom architectures natively in SIE (RoPE, Nomic, Jina, Candle's kernels) runs the
+# model folder's own code here, as SIE's own transformers-based adapters do by default.
 ADAPTERS: dict[str, AdapterRule] = {
-    # Dense bi-encoders: every transformers encoder or decoder AutoModel loads natively.
-    "SentenceTransformerDenseAdapter": _family("dense"),
-    "CandleEmbeddingAdapter": _family("dense"),
+    "SentenceTransformerDenseAdapter": _family("dense", runs_model_code=True),
+    "CandleEmbeddingAdapter": _family("dense", runs_model_code=True),
     "BertFlashAdapter": _family("dense"),
-    "XLMRobertaFlashAdapter": _family("dense"),
-    "ModernBERTFlashAdapter": _family("dense"),
-    "PyTorchEmbeddingAdapter": _family("dense"),
-    "Qwen2FlashAdapter": _family("dense"),
+    "XLMRobertaFlashAdapter": _family("dense", runs_model_code=True),
+    "ModernBERTFlashAdapter": _family("dense", runs_model_code=True),
+    "PyTorchEmbeddingAdapter": _family("dense", runs_model_code=True),
+    "Qwen2FlashAdapter": _family("dense", runs_model_code=True),
     "SGLangEmbeddingAdapter": _family("dense"),
+    "RoPEFlashAdapter": _family("dense", runs_model_code=True),
+    "NomicFlashAdapter": _family("dense", runs_model_code=True),
     "BGEM3FlashAdapter": _family("hybrid"),
     "BGEM3FlagAdapter": _family("hybrid"),
     "SPLADEFlashAdapter": _family("splade"),
     "ColBERTAdapter": _family("colbert"),
     "ColBERTModernBERTFlashAdapter": _family("colbert"),
+    "ColBERTRotaryFlashAdapter": _family("colbert", runs_model_code=True),
     "BertFlashCrossEncoderAdapter": _family("cross_encoder"),
-    "ModernBertFlashCrossEncoderAdapter": _family("cross_encoder"),
+    "ModernBertFlashCrossEncoderAdapter": _family("cross_encoder", runs_model_code=True),
+    "JinaFlashCrossEncoderAdapter": _family("cross_encoder", runs_model_code=True),
     "CrossEncoderAdapter": _family("cross_encoder"),
     "NLIClassificationFlashAdapter": _family("nli_zero_shot"),
     "NLIClassificationAdapter": _family("nli_zero_shot"),
@@ -66,13 +72,8 @@ ADAPTERS: dict[str, AdapterRule] = {
     "SiglipAdapter": _family("clip"),
     "Owlv2Adapter": _family("owlv2"),
     "WhisperAdapter": _family("whisper"),
-    # Families we have whose architecture needs code we do not run yet.
-    "RoPEFlashAdapter": _refused(f"the GTE 'new' (RoPE) encoder: {_CUSTOM_CODE}"),
-    "NomicFlashAdapter": _refused(f"Nomic BERT with mixture-of-experts layers: {_CUSTOM_CODE}"),
-    "ColBERTRotaryFlashAdapter": _refused(f"Jina's rotary XLM-RoBERTa: {_CUSTOM_CODE}"),
-    "JinaFlashCrossEncoderAdapter": _refused(f"Jina's flash XLM-RoBERTa reranker: {_CUSTOM_CODE}"),
     "GTESparseFlashAdapter": _refused(
-        f"GTE masked-LM sparse with inference-free queries: {_CUSTOM_CODE}, and queries by IDF lookup"
+        "GTE masked-LM sparse with inference-free queries (queries by IDF lookup) is not served here yet"
     ),
     "PrivacyFilterAdapter": _refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
     # Families this server does not have.
@@ -113,11 +114,10 @@ ADAPTERS: dict[str, AdapterRule] = {
     "SGLangVisionExtractAdapter": _refused(_NO_GENERATION),
 }
 
-# Checkpoints whose files load into a native transformers class of the right name but need their own
-# code to compute correctly (the YAML does not say so): refused rather than served wrong.
+# Checkpoints whose YAML reads as servable but whose computation this server does not have yet:
+# refused rather than served wrong.
 _CUSTOM_CODE_REPOS: dict[str, str] = {
-    "jinaai/jina-embeddings-v2-": f"JinaBERT (ALiBi, GEGLU): {_CUSTOM_CODE}",
-    "Snowflake/snowflake-arctic-embed-m-v2.0": f"the GTE 'new' encoder: {_CUSTOM_CODE}",
+    "nvidia/NV-Embed-v2": "its own code pools inside the forward (latent attention), not served here yet",
     "opensearch-project/opensearch-neural-sparse-encoding-doc-": (
         "inference-free sparse retrieval (queries by IDF lookup, no forward) is not served here yet"
     ),
@@ -152,7 +152,7 @@ _COLBERT_LOADTIME_TO_RUNTIME = {
     "query_expansion": "do_query_expansion",
 }
 _MUVERA_KEYS = frozenset(
-    {"num_repetitions", "num_simhash_projections", "projection_dim", "final_projection_dim"}
+    {"num_repetitions", "num_simhash_projections", "projection_dim", "final_projection_dim", "center_tokens"}
 )
 
 
@@ -328,8 +328,10 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
             raise Refused(f"'{key}' ({_NO_GENERATION} or unknown to this server)")
     options = profile.get("adapter_options") or {}
     runtime: dict[str, Any] = {}
-    loadtime: dict[str, Any] = {}
+    loadtime: dict[str, Any] = {"trust_remote_code": True} if rule.runs_model_code else {}
     _loadtime(options.get("loadtime") or {}, rule.family, runtime, loadtime, model, name)
+    if not loadtime.get("trust_remote_code", True):
+        del loadtime["trust_remote_code"]
     _runtime(options.get("runtime") or {}, rule.family, runtime)
     out["adapter_options"] = {"loadtime": loadtime, "runtime": runtime}
     return out
@@ -347,8 +349,7 @@ def _loadtime(
         if key in _ENGINE_KNOBS:
             model.notes.append(f"profile '{profile}': loadtime.{key} is SIE engine tuning, no effect here")
         elif key == "trust_remote_code":
-            if value:
-                raise Refused(f"loadtime.trust_remote_code: {_CUSTOM_CODE}")
+            loadtime["trust_remote_code"] = bool(value)
         elif key == "causal":
             if not value:
                 raise Refused("loadtime.causal: false (a bidirectional decoder) is not served here yet")
@@ -363,6 +364,8 @@ def _loadtime(
             runtime.setdefault("default_instruction", value)
         elif family == "colbert" and _colbert_loadtime(key, value, runtime):
             continue
+        elif key == "score_threshold" and family == "owlv2":
+            runtime.setdefault("threshold", value)
         elif key == "normalize" and family in _TEXT_ENCODERS:
             runtime.setdefault("normalize", bool(value))
         else:
@@ -385,12 +388,10 @@ def _colbert_loadtime(key: str, value: Any, runtime: dict[str, Any]) -> bool:
         runtime["token_dim"] = int(value)
     elif key == "muvera_config":
         config = dict(value or {})
-        if config.pop("center_tokens", False):
-            raise Refused("loadtime.muvera_config.center_tokens is not supported by this server's MUVERA")
         unknown = sorted(set(config) - _MUVERA_KEYS)
         if unknown:
             raise Refused(f"loadtime.muvera_config keys {unknown} are not supported")
-        runtime["muvera_defaults"] = config
+        runtime["muvera_config"] = config
     else:
         return False
     return True
@@ -423,8 +424,11 @@ def _runtime(given: Mapping[str, Any], family: str, runtime: dict[str, Any]) -> 
         elif family == "colbert" and key in _RUNTIME_COLBERT:
             runtime[_RUNTIME_COLBERT[key]] = value
         elif key == "multi_label" and family == "nli_zero_shot":
-            if value:
-                raise Refused("runtime.multi_label: true is not supported for NLI zero-shot here")
+            runtime["multi_label"] = bool(value)
+        elif key == "merge_adjacent_entities" and family == "gliner":
+            runtime["merge_adjacent_entities"] = bool(value)
+        elif key == "score_threshold" and family == "owlv2":
+            runtime["threshold"] = value
         elif key == "lora_id":
             raise Refused(
                 "runtime.lora_id: LoRA adapters from the Hugging Face cache are not loaded by profile here; "
@@ -432,11 +436,6 @@ def _runtime(given: Mapping[str, Any], family: str, runtime: dict[str, Any]) -> 
             )
         else:
             raise Refused(f"runtime.{key} is not supported for the {family} family")
-    muvera = runtime.get("muvera")
-    if isinstance(muvera, Mapping) and not muvera:
-        runtime["muvera"] = dict(runtime.pop("muvera_defaults", {}))
-    else:
-        runtime.pop("muvera_defaults", None)
 
 
 def _pooling(value: Any, family: str) -> str:

@@ -113,7 +113,7 @@ def test_tokenizer_from_a_dependency_repository(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     raw = {"sie_id": "g", "hf_id": "org/gliner", "hf_revision": "a" * 40}
-    with pytest.raises(ModelConfigError, match="no tokenizer.json"):
+    with pytest.raises(ModelConfigError, match=r"no tokenizer\.json"):
         resolve_tokenizer_file(parse_model_config(raw))
     config = parse_model_config({**raw, "hf_tokenizer_dependencies": {"org/backbone": "d" * 40}})
     assert resolve_tokenizer_file(config) == backbone / "tokenizer.json"

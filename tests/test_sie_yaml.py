@@ -101,6 +101,19 @@ def test_extends_replaces_option_blocks_whole_as_sie_does() -> None:
     assert (same.max_batch_tokens, same.adapter_options.runtime.query_template) == (4096, "q: {text}")
 
 
+def test_model_code_runs_only_where_the_yaml_or_sie_adapter_says() -> None:
+    def loadtime(path: str, given: dict[str, Any]) -> dict[str, Any]:
+        raw = _sie({"default": {"adapter_path": path, "adapter_options": {"loadtime": given}}})
+        return dict(_config(raw).profile().adapter_options.loadtime)
+
+    sentence_transformers = "sie_server.adapters.sentence_transformer:SentenceTransformerDenseAdapter"
+    assert loadtime(BERT, {}) == {}
+    assert loadtime(BERT, {"trust_remote_code": True}) == {"trust_remote_code": True}
+    # SIE's sentence-transformers adapter trusts the model's code unless told not to, and so do we.
+    assert loadtime(sentence_transformers, {}) == {"trust_remote_code": True}
+    assert loadtime(sentence_transformers, {"trust_remote_code": False}) == {}
+
+
 def test_engine_knobs_are_noted_not_ignored() -> None:
     loadtime = {"attention_backend": "triton", "cuda_graphs": "bucketed"}
     raw = _sie({"default": {"adapter_path": BERT, "adapter_options": {"loadtime": loadtime}}})
@@ -114,10 +127,6 @@ def test_engine_knobs_are_noted_not_ignored() -> None:
     [
         ({"adapter_path": "x.y:GLiClassAdapter"}, "GLiClassAdapter"),
         ({"adapter_path": "x.y:SomethingNewAdapter"}, "SomethingNewAdapter"),
-        (
-            {"adapter_path": BERT, "adapter_options": {"loadtime": {"trust_remote_code": True}}},
-            "trust_remote_code",
-        ),
         (
             {"adapter_path": BERT, "adapter_options": {"loadtime": {"forward_kwargs": {"is_causal": False}}}},
             "forward_kwargs",
@@ -163,7 +172,12 @@ def test_refused_top_level_fields(top: dict[str, Any]) -> None:
 
 def test_colbert_loadtime_becomes_tokenization_and_muvera_defaults() -> None:
     loadtime = {
-        "muvera_config": {"num_repetitions": 40, "num_simhash_projections": 6, "projection_dim": 8},
+        "muvera_config": {
+            "num_repetitions": 40,
+            "num_simhash_projections": 6,
+            "projection_dim": 8,
+            "center_tokens": True,
+        },
         "token_dim": 96,
         "query_max_length": 32,
         "query_prefix": "[unused0]",
@@ -197,8 +211,9 @@ def test_colbert_loadtime_becomes_tokenization_and_muvera_defaults() -> None:
     )
     assert default.do_query_expansion is False and default.skiplist_words == []
     assert default.muvera is None
+    assert default.muvera_config == loadtime["muvera_config"]  # what a request asking MUVERA gets
     muvera = config.profile("muvera").adapter_options.runtime
-    assert muvera.muvera == {"num_repetitions": 40, "num_simhash_projections": 6, "projection_dim": 8}
+    assert muvera.muvera == {} and muvera.muvera_config == loadtime["muvera_config"]
     assert (muvera.output_types, muvera.document_length) == (["dense"], 300)
     wrong_dim = copy.deepcopy(raw)
     wrong_dim["tasks"]["encode"]["multivector"]["dim"] = 128

@@ -338,3 +338,22 @@ def _read_json(path: Path, *, missing_ok: bool = False) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return raw
+
+
+def merge_adjacent(entities: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Entities of one label that touch or are one character apart, joined into one span (in order
+    of start) with the higher score: what SIE's `merge_adjacent_entities` gives."""
+    merged: list[dict[str, Any]] = []
+    for entity in sorted(entities, key=lambda e: e["start"]):
+        last = merged[-1] if merged else None
+        if last is not None and last["label"] == entity["label"] and entity["start"] <= last["end"] + 1:
+            end = max(last["end"], entity["end"])
+            merged[-1] = {
+                **last,
+                "text": text[last["start"] : end],
+                "end": end,
+                "score": max(last["score"], entity["score"]),
+            }
+        else:
+            merged.append(entity)
+    return merged

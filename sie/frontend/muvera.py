@@ -48,6 +48,9 @@ class MuveraParams:
     projection_dim: int | None = None  # None: identity (the token dimension)
     final_projection_dim: int | None = 10240  # None: no Count Sketch
     seed: int = 42
+    # Subtract each item's mean token before partitioning: a component every token shares would
+    # otherwise put all tokens in one SimHash bucket (MaxSim itself ignores such a shift).
+    center_tokens: bool = False
 
     @property
     def num_partitions(self) -> int:
@@ -71,22 +74,28 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {  # name: (low, high, may be null)
 _FIELDS = tuple(f.name for f in fields(MuveraParams))
 
 
-def muvera_params(options: Any, profile: Any) -> MuveraParams | None:
+def muvera_params(options: Any, profile: Any, defaults: Any = None) -> MuveraParams | None:
     """The MUVERA settings of a request, or None when it gets no MUVERA.
 
     `options` is the request's `options.muvera`, `profile` the profile's runtime `muvera`; either
-    being non-null enables it, and the request's keys override the profile's.
+    being non-null enables it. Keys override in order: the model's `muvera_config` defaults, the
+    profile's, the request's.
     """
     if options is None and profile is None:
         return None
     checked: dict[str, Any] = {}
-    for source, where in ((profile, "the profile's muvera"), (options, "options.muvera")):
+    sources = (
+        (defaults, "the model's muvera_config"),
+        (profile, "the profile's muvera"),
+        (options, "options.muvera"),
+    )
+    for source, where in sources:
         if source is not None:
             checked.update(_checked_mapping(source, where))
     return MuveraParams(**checked)
 
 
-def _checked_mapping(source: Any, where: str) -> dict[str, int | None]:
+def _checked_mapping(source: Any, where: str) -> dict[str, int | bool | None]:
     if not isinstance(source, Mapping):
         raise InvalidInput(f"{where} must be an object or null, got {type(source).__name__}")
     unknown = sorted(str(key) for key in source if key not in _FIELDS)
@@ -95,7 +104,11 @@ def _checked_mapping(source: Any, where: str) -> dict[str, int | None]:
     return {name: _checked(name, value, where) for name, value in source.items()}
 
 
-def _checked(name: str, value: Any, where: str) -> int | None:
+def _checked(name: str, value: Any, where: str) -> int | bool | None:
+    if name == "center_tokens":
+        if not isinstance(value, bool):
+            raise InvalidInput(f"{where}.center_tokens must be a boolean, got {value!r}")
+        return value
     low, high, nullable = _BOUNDS[name]
     if value is None and nullable:
         return None
@@ -139,6 +152,8 @@ def _encode(vectors: list[np.ndarray], is_query: bool, params: MuveraParams) -> 
     """One chunk of items: each repetition's occupied (item, partition) cells go straight to the output."""
     lengths = np.fromiter((len(v) for v in vectors), np.int64, len(vectors))
     owner = np.repeat(np.arange(len(vectors)), lengths)
+    if params.center_tokens:
+        vectors = [v - v.mean(axis=0, keepdims=True, dtype=np.float32) if len(v) else v for v in vectors]
     tokens = np.concatenate(vectors).astype(np.float32, copy=False)
     n, token_dim = len(vectors), tokens.shape[1]
     width, n_parts = params.projection_dim or token_dim, params.num_partitions

@@ -26,8 +26,9 @@ from sie.shm.layout import LAYOUT_VERSION
 # "SIECTL" + the block's own version. Bump the last digits with any change to HEADER, DEVICE or MODEL:
 # a process from another build then refuses to attach instead of reading fields at wrong offsets.
 # (The version field holds LAYOUT_VERSION, the ring message format, which this block shares.)
-MAGIC = 0x5349_4543_544C_0003
-ERROR_BYTES = 240
+MAGIC = 0x5349_4543_544C_0004
+# A load error names where the weights were looked for and how to fix it: room for both.
+ERROR_BYTES = 1000
 
 
 class DeviceState(IntEnum):
@@ -242,7 +243,7 @@ class ControlBlock:
         """Enter a state; a load clears the last error, and counts."""
         record = self.models[device, slot]
         if error:
-            raw = error.encode()[:ERROR_BYTES]
+            raw = error.encode()[:ERROR_BYTES].decode(errors="ignore").encode()  # whole characters only
             record["error"] = raw.ljust(ERROR_BYTES, b"\0")
             record["error_len"] = len(raw)
         elif state == ModelState.LOADED:

@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from sie.errors import InvalidInput
-from sie.frontend.gliner import GlinerPrompts, decode, load_tokenizer, prompt_words, split_words, words_mask
+from sie.frontend.gliner import (
+    GlinerPrompts,
+    decode,
+    load_tokenizer,
+    merge_adjacent,
+    prompt_words,
+    split_words,
+    words_mask,
+)
 from tests.tiny_models.gliner import MAX_LEN, MAX_WIDTH, make_gliner
 
 gliner = pytest.importorskip("gliner")
@@ -222,3 +230,24 @@ def test_decode_takes_extreme_logits() -> None:
     logits = np.array([1000.0, -1000.0, 1000.0, -1000.0], np.float32)  # one word, max_width 4
     (entity,) = decode(logits, 1, ["person"], [(0, 5)], "Obama", 0.5)
     assert (entity["text"], entity["score"]) == ("Obama", 1.0)
+
+
+def test_merge_adjacent_joins_one_label_across_at_most_one_character() -> None:
+    # SIE's merge_adjacent_entities, for token-level models that tag each word alone.
+    text = "Steve Jobs met  Tim at Apple"
+    found = [
+        {"text": "Jobs", "label": "person", "score": 0.7, "start": 6, "end": 10},
+        {"text": "Steve", "label": "person", "score": 0.9, "start": 0, "end": 5},
+        {"text": "Tim", "label": "person", "score": 0.8, "start": 16, "end": 19},
+        {"text": "Apple", "label": "org", "score": 0.6, "start": 23, "end": 28},
+    ]
+    assert merge_adjacent(found, text) == [
+        {"text": "Steve Jobs", "label": "person", "score": 0.9, "start": 0, "end": 10},
+        {"text": "Tim", "label": "person", "score": 0.8, "start": 16, "end": 19},  # "met" lies between
+        {"text": "Apple", "label": "org", "score": 0.6, "start": 23, "end": 28},
+    ]
+    touching = [
+        {"text": "New", "label": "city", "score": 0.5, "start": 0, "end": 3},
+        {"text": "York", "label": "state", "score": 0.5, "start": 4, "end": 8},
+    ]
+    assert merge_adjacent(touching, "New York") == touching  # labels differ

@@ -7,6 +7,7 @@ import hashlib
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -207,3 +208,30 @@ def test_profile_params_are_validated_too() -> None:
         muvera_params(None, "yes")
     with pytest.raises(InvalidInput, match=r"the profile's muvera\.seed must be an integer"):
         muvera_params({"seed": 1}, {"seed": "x"})
+
+
+def test_center_tokens_encodes_the_tokens_less_their_mean() -> None:
+    rng = np.random.default_rng(11)
+    items = [rng.standard_normal((n, 16)).astype(np.float32) + 3.0 for n in (1, 5, 17)]
+    centered = [v - v.mean(axis=0, keepdims=True) for v in items]
+    params = MuveraParams(num_repetitions=3, final_projection_dim=None)
+    for is_query in (True, False):
+        got = fde(items, is_query=is_query, params=replace(params, center_tokens=True))
+        np.testing.assert_allclose(got, fde(centered, is_query=is_query, params=params), atol=1e-5)
+        assert not np.allclose(got, fde(items, is_query=is_query, params=params))
+
+
+def test_model_defaults_then_profile_then_request() -> None:
+    defaults = {
+        "num_repetitions": 40,
+        "projection_dim": 8,
+        "final_projection_dim": None,
+        "center_tokens": True,
+    }
+    params = muvera_params({"num_repetitions": 5}, {}, defaults)
+    assert params == MuveraParams(
+        num_repetitions=5, projection_dim=8, final_projection_dim=None, center_tokens=True
+    )
+    assert muvera_params(None, None, defaults) is None  # defaults alone never turn MUVERA on
+    with pytest.raises(InvalidInput, match="center_tokens"):
+        muvera_params({"center_tokens": 1}, None)

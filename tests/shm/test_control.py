@@ -8,7 +8,17 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from sie.shm.control import DEVICE, HEADER, MAGIC, MODEL, ControlBlock, DeviceState, ModelState, ModelUsage
+from sie.shm.control import (
+    DEVICE,
+    ERROR_BYTES,
+    HEADER,
+    MAGIC,
+    MODEL,
+    ControlBlock,
+    DeviceState,
+    ModelState,
+    ModelUsage,
+)
 
 
 @pytest.fixture
@@ -33,10 +43,10 @@ def test_attached_view_sees_owner_writes(control: ControlBlock) -> None:
 
 
 def test_model_state_and_error(control: ControlBlock) -> None:
-    control.set_model_state(0, 3, ModelState.FAILED, "OSError: " + "x" * 1000)
+    control.set_model_state(0, 3, ModelState.FAILED, "OSError: " + "é" * 1000)
     assert control.model_state(0, 3) == ModelState.FAILED
-    assert control.model_error(0, 3).startswith("OSError: xxx")
-    assert len(control.model_error(0, 3).encode()) <= 240
+    assert control.model_error(0, 3).startswith("OSError: ééé")
+    assert len(control.model_error(0, 3).encode()) <= ERROR_BYTES
     assert control.model_state(1, 3) == ModelState.AVAILABLE
 
 
@@ -71,7 +81,7 @@ def test_readiness_flags_and_model_usage(control: ControlBlock) -> None:
 
 def test_records_keep_their_size_and_alignment() -> None:
     # A changed record must come with a new MAGIC (see control.py); these pin the current one.
-    assert (HEADER.itemsize, DEVICE.itemsize, MODEL.itemsize) == (64, 64, 280)
+    assert (HEADER.itemsize, DEVICE.itemsize, MODEL.itemsize) == (64, 64, 1040)
     for field in ("memory_bytes", "last_used_ns", "state_ns"):
         assert MODEL.fields[field][1] % 8 == 0, field
     for field in ("heartbeat_ns", "memory_used_bytes", "memory_capacity_bytes"):

@@ -46,12 +46,12 @@ async def encode(request: Request) -> Response:
     params = req.params or EncodeParams()
     options = params.options or EncodeOptions()
     profile = config.profile(options.profile if options.profile in config.profiles else None)
-    muvera = muvera_params(options.muvera, profile.adapter_options.runtime.muvera)
+    runtime = profile.adapter_options.runtime
+    muvera = muvera_params(options.muvera, runtime.muvera, runtime.muvera_config)
     validate_encode(req, model=name, supported=supported_outputs(config, muvera), inputs=config.input_kinds())
     lora = options.lora or options.lora_id  # sie-sdk 0.10.1 sends `lora`; `lora_id` is the older name
     if lora is not None:
         lora_index(config, lora)  # an unknown adapter is a 400 before any load or queueing
-    runtime = profile.adapter_options.runtime
     texts = [
         format_text(
             item.text or "", is_query=bool(options.is_query), instruction=params.instruction, runtime=runtime

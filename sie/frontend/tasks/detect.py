@@ -29,7 +29,6 @@ DEFAULT_THRESHOLD = 0.1
 
 async def detect(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
     labels = job.labels or []
-    threshold = _threshold(job.options)
     for index, item in enumerate(job.items):
         if item.images and len(item.images) > 1:
             raise InvalidInput(
@@ -37,6 +36,7 @@ async def detect(state: FrontendState, name: str, config: ModelConfig, job: Extr
             )
     units = image_units(range(len(job.items)), [item.images or [] for item in job.items], 1)
     slot, _ = admit(state, name, len(units), job.profile)
+    threshold = _threshold(job.options, config.profile(job.profile).adapter_options.runtime.threshold)
     spec = spec_of(state, config)
     queries, owners = _queries(state, config, labels)
     key = config_key(job.profile or config.default_profile_name)
@@ -98,8 +98,8 @@ def _queries(state: FrontendState, config: ModelConfig, labels: list[str]) -> tu
     return encoded.input_ids, owners
 
 
-def _threshold(options: dict[str, Any]) -> float:
-    value = options.get("threshold", DEFAULT_THRESHOLD)
+def _threshold(options: dict[str, Any], configured: float | None) -> float:
+    value = options.get("threshold", DEFAULT_THRESHOLD if configured is None else configured)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise InvalidInput("options.threshold must be a number between 0 and 1")
     return float(value)

@@ -16,7 +16,7 @@ from typing import Any
 from sie.errors import InvalidInput
 from sie.families import family_of
 from sie.frontend.entities import DEFAULT_IGNORE_LABELS, aggregate_simple, id2label_of
-from sie.frontend.gliner import GlinerPrompts, decode
+from sie.frontend.gliner import GlinerPrompts, decode, merge_adjacent
 from sie.frontend.pipeline import Submitted, admit, lora_config_key, submit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.wire import Item
@@ -106,8 +106,11 @@ async def run_token_classification(
 
 async def run_gliner(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
     labels = job.labels or []
-    configured = config.profile(job.profile).adapter_options.runtime.threshold
-    threshold = _threshold(job.options, configured, default=DEFAULT_GLINER_THRESHOLD)
+    runtime = config.profile(job.profile).adapter_options.runtime
+    threshold = _threshold(job.options, runtime.threshold, default=DEFAULT_GLINER_THRESHOLD)
+    merge = job.options.get("merge_adjacent_entities", runtime.merge_adjacent_entities)
+    if not isinstance(merge, bool):
+        raise InvalidInput("options.merge_adjacent_entities must be a boolean")
     slot, _ = admit(state, name, len(job.texts), job.profile)
     prompts = state.tokenizers.derived(config, "gliner", lambda tok: GlinerPrompts.for_model(tok, config))
     (encoded, words), tokenization_ms = await tokenize(
@@ -119,6 +122,8 @@ async def run_gliner(state: FrontendState, name: str, config: ModelConfig, job: 
         decode(scores[i], len(words[i]), labels, words[i], text, threshold)
         for i, text in enumerate(job.texts)
     ]
+    if merge:
+        entities = [merge_adjacent(found, text) for found, text in zip(entities, job.texts, strict=True)]
     return _extracted(submitted, entities=entities)
 
 
@@ -127,7 +132,7 @@ async def run_nli_zero_shot(
 ) -> Extracted:
     labels = job.labels or []
     runtime = config.profile(job.profile).adapter_options.runtime
-    multi_label = job.options.get("multi_label", False)
+    multi_label = job.options.get("multi_label", runtime.multi_label)
     if not isinstance(multi_label, bool):
         raise InvalidInput("options.multi_label must be a boolean")
     template = job.options.get("hypothesis_template", runtime.hypothesis_template)

@@ -24,6 +24,7 @@ from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     compute_dtype,
     from_pretrained,
+    loading_options,
     place,
     release,
     tensor_bytes,
@@ -48,7 +49,7 @@ class ColbertAdapter:
         self.name = name
         self.device = model.device
         self.dtype = model.dtype
-        self.pad_token_id = int(model.config.pad_token_id or 0)
+        self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         self.dim = _out_features(projection)
         self._model: PreTrainedModel | None = model
         self._projection: torch.nn.Sequential | None = projection
@@ -64,7 +65,7 @@ class ColbertAdapter:
 
         torch_device = torch.device(device)
         dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        model = from_pretrained(AutoModel, weights_dir, dtype)
+        model = from_pretrained(AutoModel, weights_dir, dtype, **loading_options(config, profile))
         projection = load_projection(weights_dir, int(model.config.hidden_size)).to(dtype)
         place(model, torch_device)
         place(projection, torch_device)

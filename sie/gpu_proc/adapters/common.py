@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ def compute_dtype(device: torch.device, precision: str | None) -> torch.dtype:
 def from_pretrained(auto_class: Any, weights_dir: Path, dtype: torch.dtype, **kwargs: Any) -> PreTrainedModel:
     """`auto_class.from_pretrained` from a local folder with the configured attention backend
     (SIE_ATTENTION_BACKEND, sie.gpu_proc.attention), or the next one down where the model lacks it."""
+    refuse_unrequested_model_code(auto_class, weights_dir, bool(kwargs.get("trust_remote_code")))
     model: PreTrainedModel
     for implementation in attention.candidates(dtype, torch.cuda.is_available())[:-1]:
         try:
@@ -51,6 +53,27 @@ def from_pretrained(auto_class: Any, weights_dir: Path, dtype: torch.dtype, **kw
             logger.info("no %s attention for %s: %s", implementation, weights_dir, exc)
     model = auto_class.from_pretrained(weights_dir, local_files_only=True, dtype=dtype, **kwargs)
     return model
+
+
+def refuse_unrequested_model_code(auto_class: Any, weights_dir: Path, trusted: bool) -> None:
+    """A folder whose config.json maps this auto class to its own code (`auto_map`) computes with that
+    code; loading a native class of the same `model_type` instead would give wrong outputs silently."""
+    if trusted:
+        return
+    try:
+        auto_map = json.loads((weights_dir / "config.json").read_text()).get("auto_map") or {}
+    except (OSError, ValueError):
+        return  # transformers reports a missing or broken config.json itself
+    name = getattr(auto_class, "__name__", "")
+    if isinstance(auto_map, dict) and name in auto_map:
+        raise ModelCodeRequired(
+            f"{weights_dir} ships its own code for {name} ({auto_map[name]}); set "
+            "`trust_remote_code: true` in the model's YAML loadtime options to run it"
+        )
+
+
+class ModelCodeRequired(RuntimeError):
+    """The weights need the model folder's own code, which the YAML has not allowed."""
 
 
 def place(module: torch.nn.Module, device: torch.device) -> None:
@@ -150,16 +173,24 @@ class BaseEncoder:
             return hidden
 
 
+def loading_options(config: ModelConfig, profile: str | None = None) -> dict[str, Any]:
+    """from_pretrained's keyword arguments that a model's YAML decides: `config_kwargs` (overrides of
+    config.json's attributes) and `trust_remote_code`, which runs modeling code shipped in the weights
+    folder. Only a YAML grants the latter; no request can."""
+    loadtime = config.profile(profile).adapter_options.loadtime
+    options: dict[str, Any] = dict(loadtime.get("config_kwargs") or {})
+    if loadtime.get("trust_remote_code") is True:
+        options["trust_remote_code"] = True
+    return options
+
+
 def load_model(
     auto_class: Any, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
 ) -> PreTrainedModel:
     """A model class's weights from the local folder, in the profile's precision, on `device`, eval."""
     torch_device = torch.device(device)
     chosen = config.profile(profile)
-    # SIE's `config_kwargs`: overrides of config.json's attributes (from_pretrained applies them).
-    overrides = dict(chosen.adapter_options.loadtime.get("config_kwargs") or {})
-    model = from_pretrained(
-        auto_class, weights_dir, compute_dtype(torch_device, chosen.compute_precision), **overrides
-    )
+    dtype = compute_dtype(torch_device, chosen.compute_precision)
+    model = from_pretrained(auto_class, weights_dir, dtype, **loading_options(config, profile))
     place(model, torch_device)
     return model

@@ -41,7 +41,7 @@ class CrossEncoderAdapter:
         self.device = model.device
         self.dtype = model.dtype
         self.num_labels = int(model.config.num_labels or 1)
-        self.pad_token_id = int(model.config.pad_token_id or 0)
+        self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         self._model: PreTrainedModel | None = model
         self._takes_token_types = takes_token_types(model)
         # Encoder-decoder classifiers (BART-MNLI) would otherwise build a key/value cache per call.

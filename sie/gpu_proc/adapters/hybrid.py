@@ -23,6 +23,7 @@ from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     compute_dtype,
     from_pretrained,
+    loading_options,
     place,
     release,
     rows_output,
@@ -63,7 +64,7 @@ class HybridAdapter:
         self.dim = int(model.config.hidden_size)
         self.colbert_dim = int(colbert_linear.out_features)
         self.vocab_size = int(model.config.vocab_size)
-        self.pad_token_id = int(model.config.pad_token_id or 0)
+        self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         self.special_ids = sorted(set(special_ids))
         self._model: PreTrainedModel | None = model
         self._sparse_linear = sparse_linear
@@ -82,7 +83,7 @@ class HybridAdapter:
         chosen = config.profile(profile)
         torch_device = torch.device(device)
         dtype = compute_dtype(torch_device, chosen.compute_precision)
-        model = from_pretrained(AutoModel, weights_dir, dtype)
+        model = from_pretrained(AutoModel, weights_dir, dtype, **loading_options(config, profile))
         place(model, torch_device)
         heads = [load_linear(weights_dir / name).to(dtype=dtype) for name in (SPARSE_HEAD, COLBERT_HEAD)]
         for head in heads:

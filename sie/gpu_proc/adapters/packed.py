@@ -74,6 +74,8 @@ class PackedEncoder:
         config = getattr(base, "config", None)
         if config is None or config.model_type not in _POSITION_START:
             return None
+        if not type(base).__module__.startswith("transformers.models."):
+            return None  # a model's own code (trust_remote_code) may reuse a native model_type name
         if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
             return None
         if getattr(config, "position_embedding_type", "absolute") not in (None, "absolute"):

@@ -37,7 +37,7 @@ class SpladeAdapter:
         self.device = model.device
         self.dtype = model.dtype
         self.vocab_size = int(model.config.vocab_size)
-        self.pad_token_id = int(model.config.pad_token_id or 0)
+        self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         self._model: PreTrainedModel | None = model
         self._takes_token_types = takes_token_types(model)
         self._memory_bytes = tensor_bytes(model)
