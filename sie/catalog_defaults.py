@@ -18,7 +18,9 @@ def with_server_defaults(catalog: Catalog, settings: Settings) -> Catalog:
     if settings.max_batch_tokens is None and settings.default_compute_precision is None:
         return catalog
     models = [_model(m, settings) for m in catalog.models]
-    return Catalog(models, keep_order=True, unsupported=list(catalog.unsupported.values()))
+    return Catalog(
+        models, keep_order=True, unsupported=list(catalog.unsupported.values()), active=catalog.active_slots()
+    )
 
 
 def _model(config: ModelConfig, settings: Settings) -> ModelConfig:

@@ -283,7 +283,11 @@ class UnsupportedModel(msgspec.Struct, frozen=True):
 
 
 class Catalog:
-    """Every configured model, in a fixed order both sides agree on, and the files left out."""
+    """Every configured model, in a fixed order both sides agree on, and the files left out.
+
+    A model's index in `models` is its slot, the number both sides of the rings use. Slots are never
+    reused: when the directory changes, a new or changed model takes a new slot and the old one is
+    retired (still known by slot, so requests already queued finish on it; no longer by name)."""
 
     def __init__(
         self,
@@ -291,16 +295,19 @@ class Catalog:
         *,
         keep_order: bool = False,
         unsupported: list[UnsupportedModel] | None = None,
+        active: list[int] | None = None,
     ) -> None:
         # Sorted when read from a directory; `keep_order` for a catalog handed down by the supervisor,
         # whose order is the numbering every process must share.
         self.models = list(models) if keep_order else sorted(models, key=lambda m: m.sie_id)
-        self._slots = {m.sie_id: i for i, m in enumerate(self.models)}
-        if len(self._slots) != len(self.models):
+        live = range(len(self.models)) if active is None else active
+        self._slots = {self.models[i].sie_id: i for i in live}
+        if len(self._slots) != len(live):
             raise ModelConfigError("two model files declare the same sie_id")
         self.unsupported = {u.sie_id: u for u in unsupported or [] if u.sie_id not in self._slots}
 
     def __len__(self) -> int:
+        """Slots, retired ones included."""
         return len(self.models)
 
     def __contains__(self, name: object) -> bool:
@@ -313,7 +320,35 @@ class Catalog:
         return self.models[self._slots[name]]
 
     def names(self) -> list[str]:
-        return [m.sie_id for m in self.models]
+        """The models served now, in slot order."""
+        return [m.sie_id for m in self.active_models()]
+
+    def active_slots(self) -> list[int]:
+        return sorted(self._slots.values())
+
+    def active_models(self) -> list[ModelConfig]:
+        return [self.models[i] for i in self.active_slots()]
+
+    def slot_names(self) -> list[str | None]:
+        """Each slot's model id, None where the slot is retired."""
+        names: list[str | None] = [None] * len(self.models)
+        for name, slot in self._slots.items():
+            names[slot] = name
+        return names
+
+    def revised(self, models: list[ModelConfig], unsupported: list[UnsupportedModel]) -> Catalog:
+        """The catalog after the directory changed: unchanged models keep their slots, new and changed
+        ones take new slots at the end, removed ones are retired."""
+        slots = list(self.models)
+        active: list[int] = []
+        for config in sorted(models, key=lambda m: m.sie_id):
+            old = self._slots.get(config.sie_id)
+            if old is not None and slots[old] == config:
+                active.append(old)
+            else:
+                active.append(len(slots))
+                slots.append(config)
+        return Catalog(slots, keep_order=True, unsupported=unsupported, active=active)
 
 
 def read_models_dir(directory: Path) -> tuple[list[ModelConfig], list[UnsupportedModel]]:

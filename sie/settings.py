@@ -24,6 +24,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     frontends: int = 2
     device: str = "auto"
     models_dir: str | None = None
+    watch_models_dir: bool = True
+    spare_model_slots: int = 256
     models: list[str] | None = None
     preload: list[str] | None = None
     default_model: str = DEFAULT_MODEL
@@ -86,6 +88,9 @@ HELP: dict[str, str] = {
     "frontends": "number of HTTP frontend processes",
     "device": "auto | cpu | cuda | cuda:N | cuda:0,1 (auto: every visible GPU, else one CPU device)",
     "models_dir": "directory of model YAML files (default: the built-in models)",
+    "watch_models_dir": "apply YAML files added, changed or removed in the models directory while "
+    "running (SIGHUP re-reads it either way)",
+    "spare_model_slots": "models that may be added or changed while running before a restart is needed",
     "models": "comma-separated model ids to serve (default: every model in the directory)",
     "preload": "comma-separated model ids to load at start (default: the default model)",
     "default_model": "model preloaded when --preload is not given",

@@ -358,6 +358,8 @@ def _loadtime(
             raise Refused(f"loadtime.forward_kwargs {dict(value)}: a modified forward is not served here yet")
         elif key == "append_eos":
             loadtime["append_eos"] = bool(value)
+        elif key == "dense_projection_path" and family == "dense":
+            loadtime["dense_projection_path"] = str(value)
         elif key == "config_kwargs":
             loadtime["config_kwargs"] = dict(value or {})
         elif key == "default_instruction":

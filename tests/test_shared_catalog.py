@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sie.model_config import load_catalog
-from sie.shared_catalog import read_shared_catalog, share_catalog
+from sie.shared_catalog import CatalogFeed, read_shared_catalog, share_catalog, write_catalog
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,3 +59,57 @@ def test_a_child_started_after_the_directory_changed_gets_the_original_numbering
         os.close(fd)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "1", "2"]
+
+
+def test_revised_catalog_keeps_slots_of_unchanged_models(tmp_path: Path) -> None:
+    write_model(tmp_path, "m/beta")
+    write_model(tmp_path, "m/gamma")
+    write_model(tmp_path, "m/delta")
+    first = load_catalog(tmp_path)  # beta 0, delta 1, gamma 2
+    write_model(tmp_path, "m/alpha")  # new: sorts first, but must not shift anyone
+    write_model(tmp_path, "m/gamma", "max_sequence_length: 64\n")  # changed: a new slot
+    (tmp_path / "m__delta.yaml").unlink()  # removed: retired
+    fresh = load_catalog(tmp_path)
+    revised = first.revised(fresh.models, list(fresh.unsupported.values()))
+    assert revised.names() == ["m/beta", "m/alpha", "m/gamma"]  # in slot order
+    assert (revised.slot("m/beta"), revised.slot("m/alpha"), revised.slot("m/gamma")) == (0, 3, 4)
+    assert "m/delta" not in revised and len(revised) == 5
+    assert revised.slot_names() == ["m/beta", None, None, "m/alpha", "m/gamma"]
+    assert revised.models[2].max_sequence_length is None  # the retired slot still holds the old config
+    assert revised.get("m/gamma").max_sequence_length == 64
+    same = revised.revised(fresh.models, [])
+    assert same.slot_names() == revised.slot_names()
+
+
+class _Generation:
+    """The one control-block field a CatalogFeed reads."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def catalog_generation(self) -> int:
+        return self.value
+
+
+def test_feed_follows_rewrites_in_place(tmp_path: Path) -> None:
+    write_model(tmp_path, "m/beta")
+    first = load_catalog(tmp_path)
+    fd = share_catalog(first)
+    control = _Generation()
+    try:
+        feed = CatalogFeed(fd, control)  # type: ignore[arg-type]
+        assert feed.changed() is None and feed.catalog.names() == ["m/beta"]
+        write_model(tmp_path, "m/alpha")
+        fresh = load_catalog(tmp_path)
+        write_catalog(fd, first.revised(fresh.models, []), 1)
+        assert feed.changed() is None  # written, not yet announced
+        control.value = 1
+        changed = feed.changed()
+        assert changed is not None and changed.names() == ["m/beta", "m/alpha"]
+        assert feed.changed() is None
+        write_catalog(fd, first, 2)  # a shorter file than before: nothing of the old one may remain
+        control.value = 2
+        again = feed.changed()
+        assert again is not None and again.names() == ["m/beta"] and len(again) == 1
+    finally:
+        os.close(fd)

@@ -37,7 +37,9 @@ _STATES = {s: s.name.lower() for s in ModelState}
 class Sources:
     stats: StatsBlock
     control: ControlBlock
-    models: list[str]  # catalog order: index = slot
+    # Each slot's model id (index = slot), None for a retired slot: a model changed or removed while
+    # running; its counters leave the page rather than appear twice under one name. Updated in place.
+    models: list[str | None]
     devices: list[str]  # "cpu", "cuda:0" per device index
 
 
@@ -45,7 +47,12 @@ class ServerCollector(Collector):
     def __init__(self, sources: Sources, nvml: Nvml | None = None) -> None:
         self.sources = sources
         self.nvml = nvml or Nvml()
-        self.model_labels = [*sources.models, ""]  # the last slot: no model / unknown model
+
+    @property
+    def model_labels(self) -> list[str | None]:
+        """A label per statistics slot: spare slots never used are None, the last is "" (no model)."""
+        names = self.sources.models
+        return [*names, *[None] * (self.sources.stats.n_models - len(names)), ""]
 
     def collect(self) -> Iterator[Metric]:
         yield from self._info()
@@ -72,18 +79,18 @@ class ServerCollector(Collector):
         requests = CounterMetricFamily(
             "sie_requests", "HTTP requests answered", labels=["route", "model", "status"]
         )
-        for r, m, s in _nonzero(v["requests"].sum(axis=0)):
+        for r, m, s in _named(_nonzero(v["requests"].sum(axis=0)), names, 1):
             requests.add_metric([ROUTES[r], names[m], status_label(s)], _at(v["requests"], (r, m, s)))
         yield requests
         errors = v["errors"].sum(axis=0)
         by_code = CounterMetricFamily("sie_errors", "Error responses by error code", labels=["model", "code"])
-        for m, c in _nonzero(errors):
+        for m, c in _named(_nonzero(errors), names, 0):
             by_code.add_metric([names[m], CODES[c]], float(errors[m, c]))
         yield by_code
         queue_full = CounterMetricFamily(
             "sie_queue_full", "Requests refused with 503 QUEUE_FULL", labels=["model"]
         )
-        for (m,) in _nonzero(errors[:, CODES.index("QUEUE_FULL")]):
+        for (m,) in _named(_nonzero(errors[:, CODES.index("QUEUE_FULL")]), names, 0):
             queue_full.add_metric([names[m]], float(errors[m, CODES.index("QUEUE_FULL")]))
         yield queue_full
         in_flight = GaugeMetricFamily("sie_requests_in_flight", "API requests being served now")
@@ -102,7 +109,7 @@ class ServerCollector(Collector):
         family = HistogramMetricFamily(
             "sie_request_stage_seconds", "Time per request in each stage", labels=["stage", "model"]
         )
-        for s, m in _nonzero(buckets.sum(axis=2)):
+        for s, m in _named(_nonzero(buckets.sum(axis=2)), names, 1):
             family.add_metric(
                 [STAGES[s], names[m]], _cumulative(LATENCY_BUCKETS_S, buckets[s, m]), float(sums[s, m])
             )
@@ -128,7 +135,7 @@ class ServerCollector(Collector):
             ),
         ):
             family = HistogramMetricFamily(name, doc, labels=["device", "model"])
-            for d, m in _nonzero(v[key].sum(axis=2)):
+            for d, m in _named(_nonzero(v[key].sum(axis=2)), names, 1):
                 family.add_metric(
                     [str(d), names[m]], _cumulative(bounds, v[key][d, m]), float(v[total][d, m])
                 )
@@ -144,7 +151,7 @@ class ServerCollector(Collector):
             ("load_s", "sie_model_load_seconds", "Time spent loading models"),
         ):
             family = CounterMetricFamily(name, doc, labels=["device", "model"])
-            for d, m in _nonzero(v[key]):
+            for d, m in _named(_nonzero(v[key]), names, 1):
                 family.add_metric([str(d), names[m]], float(v[key][d, m]))
             yield family
 
@@ -167,6 +174,8 @@ class ServerCollector(Collector):
             depths = control.models["queue_depth"][d, :n_models].tolist()
             sizes = control.models["memory_bytes"][d, :n_models].tolist()
             for m in range(n_models):
+                if names[m] is None:
+                    continue
                 for value, label in _STATES.items():
                     state.add_metric([str(d), names[m], label], 1.0 if states[m] == value else 0.0)
                 pending.add_metric([str(d), names[m]], depths[m])
@@ -275,8 +284,15 @@ def _cumulative(bounds: tuple[float, ...], counts: np.ndarray) -> list[tuple[str
     ]
 
 
-def _per_model_counter(name: str, doc: str, per_model: np.ndarray, names: list[str]) -> CounterMetricFamily:
+def _named(cells: list[tuple[int, ...]], names: list[str | None], axis: int) -> list[tuple[int, ...]]:
+    """The cells whose model (at position `axis`) has a label: retired slots leave the page."""
+    return [cell for cell in cells if names[cell[axis]] is not None]
+
+
+def _per_model_counter(
+    name: str, doc: str, per_model: np.ndarray, names: list[str | None]
+) -> CounterMetricFamily:
     family = CounterMetricFamily(name, doc, labels=["model"])
-    for (m,) in _nonzero(per_model):
+    for (m,) in _named(_nonzero(per_model), names, 0):
         family.add_metric([names[m]], float(per_model[m]))
     return family

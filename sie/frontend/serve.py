@@ -27,7 +27,7 @@ from sie.metrics.block import StatsBlock
 from sie.metrics.recorders import FrontendRecorder
 from sie.model_config import Catalog, preload_names, weights_present
 from sie.settings import Settings
-from sie.shared_catalog import read_shared_catalog
+from sie.shared_catalog import CatalogFeed
 from sie.shm.control import ControlBlock
 from sie.shm.doorbell import EventFd
 from sie.shm.names import Namespace
@@ -74,7 +74,7 @@ def operations(
         auth_tokens=read_shared_tokens(spec.auth_fd),
         protect_metrics=settings.metrics_auth,
         recorder=FrontendRecorder(stats, spec.index),
-        sources=Sources(stats, control, catalog.names(), names),
+        sources=Sources(stats, control, catalog.slot_names(), names),
         tracer=tracer,
     )
 
@@ -93,7 +93,8 @@ def hypercorn_config(settings: Settings, listen_fd: int) -> Config:
 async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
-    catalog = read_shared_catalog(spec.catalog_fd)
+    feed = CatalogFeed(spec.catalog_fd, control)
+    catalog = feed.catalog
     client = DeviceClient(
         namespace,
         control,
@@ -111,6 +112,7 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         devices=client,
         ops=operations(settings, spec, stats, control, catalog),
         tokenizers=TokenizerCache(),
+        feed=feed,
         preload_slots=[
             catalog.slot(n) for n in preload_names(settings.preload, settings.default_model, catalog)
         ],
@@ -118,7 +120,7 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
         state.tokenizers.get(catalog.models[slot])
     # Only for image models whose weights are here: a built-in catalog entry never downloaded costs nothing.
-    if any("image" in config.input_kinds() and weights_present(config) for config in catalog.models):
+    if any("image" in config.input_kinds() and weights_present(config) for config in catalog.active_models()):
         state.media.start(resample.warm)  # compile the resize loops now, not on the first image
     loop = asyncio.get_running_loop()
     client.start(loop)

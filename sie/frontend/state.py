@@ -12,6 +12,7 @@ from sie.frontend.operations import Operations
 from sie.frontend.tokenize import TokenizerCache
 from sie.model_config import Catalog, ModelConfig
 from sie.settings import Settings
+from sie.shared_catalog import CatalogFeed
 from sie.version import SIE_PROTOCOL_VERSION
 
 
@@ -26,11 +27,26 @@ class FrontendState:
     server_version: str = SIE_PROTOCOL_VERSION  # x-sie-server-version: the protocol, see sie.version
     ops: Operations = field(default_factory=Operations)  # authentication, statistics, tracing
     media: MediaWorkers = field(init=False)  # decoding images and audio, --media-threads of them
+    feed: CatalogFeed | None = None  # the supervisor's live catalog (None: a fixed one, in tests)
 
     def __post_init__(self) -> None:
         self.media = MediaWorkers(self.settings.media_threads)
 
+    def refresh_catalog(self) -> None:
+        """Take the supervisor's new catalog if the models directory changed (one integer read if not)."""
+        fresh = self.feed.changed() if self.feed is not None else None
+        if fresh is None:
+            return
+        old = self.catalog
+        self.catalog = fresh
+        for name in old.names():
+            if name not in fresh or fresh.slot(name) != old.slot(name):
+                self.tokenizers.forget(name)  # changed or removed: its next request reads the files anew
+        if self.ops.sources is not None:
+            self.ops.sources.models[:] = fresh.slot_names()
+
     def model(self, name: str) -> tuple[int, ModelConfig]:
+        self.refresh_catalog()
         if name not in self.catalog:
             unsupported = self.catalog.unsupported.get(name)
             if unsupported is not None:

@@ -306,6 +306,13 @@ class TokenizerCache:
                     found = self._derived[key] = build(tokenizer)
         return found  # type: ignore[return-value]  # stored by this same `name`, so of type T
 
+    def forget(self, name: str) -> None:
+        """Drop a model's tokenizer and everything built on it (its files changed or it is gone)."""
+        with self._lock:
+            self._by_model.pop(name, None)
+            for key in [key for key in self._derived if key[0] == name]:
+                del self._derived[key]
+
     def get(self, config: ModelConfig) -> TextTokenizer:
         tokenizer = self._by_model.get(config.sie_id)
         if tokenizer is None:

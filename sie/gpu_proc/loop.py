@@ -22,6 +22,7 @@ from sie.gpu_proc.inference import Finished, InferenceThread
 from sie.gpu_proc.registry import Registry
 from sie.heap import HeapTrimmer
 from sie.metrics.recorders import DeviceRecorder
+from sie.shared_catalog import CatalogFeed
 from sie.shm.control import ControlBlock, DeviceState
 from sie.shm.doorbell import Doorbell, EventFd
 from sie.shm.layout import (
@@ -71,6 +72,9 @@ class RingPair:
         self.results.close()
 
 
+RETIRED_SWEEP_S = 0.5  # how often loaded models of retired slots are looked at
+
+
 class DeviceLoop:
     def __init__(
         self,
@@ -86,6 +90,7 @@ class DeviceLoop:
         supervisor_pid: int,
         memory: MemoryManager | None = None,
         stats: DeviceRecorder | None = None,
+        catalog_feed: CatalogFeed | None = None,
     ) -> None:
         self.device_index = device_index
         self.namespace = namespace
@@ -98,6 +103,9 @@ class DeviceLoop:
         self.supervisor_pid = supervisor_pid
         self.memory = memory
         self.stats = stats
+        self.catalog_feed = catalog_feed
+        self.retired: set[int] = set()  # slots of models changed or removed while running
+        self._retired_due_s = 0.0
         self.cancels = Cancellations(stats)
         self.pairs: dict[int, RingPair] = {}
         self.stopping = False
@@ -246,10 +254,27 @@ class DeviceLoop:
     # -- model lifecycle -------------------------------------------------------------------------
     def _tend_models(self, now: float) -> None:
         """Answer the queued items of models being unloaded; let the memory manager look around."""
+        self._follow_catalog(now)
         for slot in self.registry.take_unloaded():
             self._refuse(self.batcher.drop_model(slot), "model was unloaded; retry shortly")
         if self.memory is not None:
             self.memory.check(now)
+
+    def _follow_catalog(self, now: float) -> None:
+        """A new catalog from the supervisor: retired models go once the items queued for them are done
+        (a request that named one just before the change still loads and finishes on it)."""
+        fresh = self.catalog_feed.changed() if self.catalog_feed is not None else None
+        if fresh is not None:
+            self.registry.catalog = fresh
+            self.retired = set(range(len(fresh))) - set(fresh.active_slots())
+            self._retired_due_s = now
+            log.info("catalog changed", extra={"models": len(fresh.names()), "retired": len(self.retired)})
+        if not self.retired or now < self._retired_due_s:
+            return
+        self._retired_due_s = now + RETIRED_SWEEP_S
+        for slot in self.registry.loaded_slots():
+            if slot in self.retired and self.batcher.pending_items(slot) == 0:
+                self.registry.try_unload(slot)  # refused while a batch runs on it: next sweep
 
     def _refuse(self, items: list[PendingItem], message: str) -> None:
         """One MODEL_NOT_LOADED answer (503 MODEL_LOADING) per request among `items`."""

@@ -23,7 +23,7 @@ from sie.gpu_proc.threads import ThreadPolicy
 from sie.logs import configure_logging
 from sie.model_config import Catalog
 from sie.settings import Settings, available_cores
-from sie.shared_catalog import read_shared_catalog
+from sie.shared_catalog import CatalogFeed
 from sie.shm.control import ControlBlock, DeviceState
 from sie.shm.doorbell import Doorbell, EventFd
 from sie.shm.names import Namespace
@@ -44,14 +44,17 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
     stats, recorder = attach_device_stats(
         namespace, control, spec.index, spec.device, instrumentation=settings.instrumentation
     )
-    catalog = read_shared_catalog(spec.catalog_fd)
+    feed = CatalogFeed(spec.catalog_fd, control)
+    catalog = feed.catalog
     doorbell = Doorbell.attach(namespace.doorbell(spec.index, control.device_generation(spec.index)))
     device = spec.device
     batcher = Batcher(
         max_batch_requests=settings.max_batch_requests,
         max_batch_wait_s=settings.max_batch_wait_ms / 1000,
         max_pending_items=settings.max_concurrent_requests,
-        max_batch_tokens=lambda slot: token_budget(catalog.models[slot].profile().max_batch_tokens, device),
+        max_batch_tokens=lambda slot: token_budget(
+            registry.catalog.models[slot].profile().max_batch_tokens, device
+        ),
     )
     registry, memory = keep_models(settings, spec, catalog, control, doorbell, batcher)
     inference = InferenceThread(
@@ -72,6 +75,7 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
         supervisor_pid=spec.supervisor_pid,
         memory=memory,
         stats=recorder,
+        catalog_feed=feed,
     )
 
     def stop(signum: int, _frame: object) -> None:

@@ -26,7 +26,7 @@ from sie.shm.layout import LAYOUT_VERSION
 # "SIECTL" + the block's own version. Bump the last digits with any change to HEADER, DEVICE or MODEL:
 # a process from another build then refuses to attach instead of reading fields at wrong offsets.
 # (The version field holds LAYOUT_VERSION, the ring message format, which this block shares.)
-MAGIC = 0x5349_4543_544C_0004
+MAGIC = 0x5349_4543_544C_0005
 # A load error names where the weights were looked for and how to fix it: room for both.
 ERROR_BYTES = 1000
 
@@ -66,7 +66,8 @@ HEADER = np.dtype(
         ("draining", "<u4"),
         ("started", "<u4"),  # the first time every device was up with its preloads (systemd READY)
         ("leaving", "<u4"),  # told to stop: not ready for balancers, still serving (drain delay)
-        ("_pad", "V28"),
+        ("catalog_generation", "<u4"),  # bumped by the supervisor after it rewrote the shared catalog
+        ("_pad", "V24"),
     ]
 )
 DEVICE = np.dtype(
@@ -216,6 +217,12 @@ class ControlBlock:
     # -- writers (see the module docstring for who may call which) -----------------------------
     def set_draining(self) -> None:
         self.header["draining"] = 1
+
+    def catalog_generation(self) -> int:
+        return int(self.header["catalog_generation"][0])
+
+    def set_catalog_generation(self, generation: int) -> None:
+        self.header["catalog_generation"] = generation
 
     def set_started(self) -> None:
         self.header["started"] = 1

@@ -24,15 +24,16 @@ import msgspec
 
 from sie.catalog_defaults import with_server_defaults
 from sie.catalog_report import log_catalog
-from sie.model_config import load_catalog, preload_names
+from sie.model_config import Catalog, ModelConfigError, load_catalog, preload_names
 from sie.settings import Settings
-from sie.shared_catalog import share_catalog
+from sie.shared_catalog import share_catalog, write_catalog
 from sie.shm.control import DeviceState, ModelState
 from sie.shm.names import Namespace, sweep_stale
 from sie.specs import DeviceSpec, FrontendSpec
 from sie.supervisor.children import Child, resolve_devices
 from sie.supervisor.resources import SharedResources
 from sie.supervisor.systemd import inherited_socket, sd_notify
+from sie.supervisor.watch import ModelsDirWatch
 from sie.tokens import load_tokens, share_tokens
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,12 @@ DEVICE_STOP_TIMEOUT_S = 30.0
 class Supervisor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.catalog = with_server_defaults(load_catalog(settings.models_dir, settings.models), settings)
+        self.catalog = self._read_catalog()
         log_catalog(self.catalog)
+        self.slot_capacity = len(self.catalog) + settings.spare_model_slots
+        self.catalog_generation = 0
+        self.models_dir = ModelsDirWatch(settings.models_dir)
+        self.reread_requested = False
         preload = preload_names(settings.preload, settings.default_model, self.catalog)
         self.preload_slots = [self.catalog.slot(name) for name in preload]
         self.catalog_fd = share_catalog(self.catalog)  # every child, restarted ones too, reads this
@@ -69,7 +74,7 @@ class Supervisor:
         self.listener = inherited_socket() or bind(self.settings.host, self.settings.port)
         host, port = self.listener.getsockname()[:2]
         self.resources = SharedResources(
-            self.namespace, self.settings, len(self.devices), len(self.frontends), len(self.catalog)
+            self.namespace, self.settings, len(self.devices), len(self.frontends), self.slot_capacity
         )
         self._install_signals()
         try:
@@ -100,6 +105,10 @@ class Supervisor:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_stop_signal)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd is the point
+        signal.signal(signal.SIGHUP, self._on_reread_signal)
+
+    def _on_reread_signal(self, _signum: int, _frame: object) -> None:
+        self.reread_requested = True
 
     def _on_stop_signal(self, signum: int, _frame: object) -> None:
         if not self.stopping:
@@ -152,9 +161,53 @@ class Supervisor:
         select.select([self._wake_r], [], [], timeout_s)
         _drain_pipe(self._wake_r)
         self._kill_stalled_devices()
+        self._follow_models_dir()
         alive = self._reap_and_restart()
         self._publish_stats()
         return alive
+
+    # -- the live catalog --------------------------------------------------------------------------
+    def _read_catalog(self) -> Catalog:
+        return with_server_defaults(
+            load_catalog(self.settings.models_dir, self.settings.models), self.settings
+        )
+
+    def _follow_models_dir(self) -> None:
+        """Re-read the models directory on SIGHUP, or when the watcher saw a file change."""
+        changed = self.settings.watch_models_dir and self.models_dir.changed()
+        if not (self.reread_requested or changed):
+            return
+        self.reread_requested = False
+        try:
+            fresh = self._read_catalog()
+        except ModelConfigError as exc:
+            log.error("models directory not re-read; serving the catalog as it was: %s", exc)
+            return
+        revised = self.catalog.revised(fresh.models, list(fresh.unsupported.values()))
+        if _same_catalog(revised, self.catalog):
+            return
+        if len(revised) > self.slot_capacity:
+            log.error(
+                "models directory changed beyond the %d spare model slots; restart to apply it",
+                self.settings.spare_model_slots,
+            )
+            return
+        before = set(self.catalog.names())
+        self.catalog = revised
+        self.catalog_generation += 1
+        write_catalog(self.catalog_fd, revised, self.catalog_generation)
+        self.resources.control.set_catalog_generation(
+            self.catalog_generation
+        )  # after the file: see shared_catalog
+        log.info(
+            "models directory re-read",
+            extra={
+                "added": sorted(set(revised.names()) - before),
+                "removed": sorted(before - set(revised.names())),
+                "models": len(revised.names()),
+            },
+        )
+        log_catalog(revised)
 
     def _publish_stats(self) -> None:
         self.resources.publish_stats(
@@ -227,6 +280,11 @@ class Supervisor:
         self.resources.control.set_draining()
         _terminate(self.frontends, self.settings.graceful_timeout_s + 5.0)
         _terminate(self.devices, DEVICE_STOP_TIMEOUT_S)
+
+
+def _same_catalog(a: Catalog, b: Catalog) -> bool:
+    """No slot added, none retired, the same files left out for the same reasons."""
+    return len(a) == len(b) and a.active_slots() == b.active_slots() and a.unsupported == b.unsupported
 
 
 def _terminate(children: list[Child], timeout_s: float) -> None:

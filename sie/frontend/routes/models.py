@@ -109,8 +109,9 @@ def _json(payload: Any) -> Response:
 
 async def list_models(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
+    state.refresh_catalog()
     instance = request.app.state.instance
-    served = [model_info(state, m, instance) for m in state.catalog.models]
+    served = [model_info(state, m, instance) for m in state.catalog.active_models()]
     unsupported = [unsupported_info(u, instance) for u in state.catalog.unsupported.values()]
     return _json({"models": served + unsupported})
 
@@ -118,6 +119,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
     name = request.path_params["model"]
+    state.refresh_catalog()
     if name in state.catalog.unsupported:
         return _json(unsupported_info(state.catalog.unsupported[name], request.app.state.instance))
     _, config = state.model(name)
