@@ -18,13 +18,14 @@ import transformers
 
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.dense import DenseAdapter
+from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
 from sie.gpu_proc.runner import Runner
 
 from .tiny import as_batch, model_config, random_items
 
 CPU = torch.device("cpu")
 ATOL = 1e-4
-ARCHS = ["qwen3", "mistral"]
+ARCHS = ["qwen3", "mistral", "qwen2", "llama"]
 COMMON: dict[str, Any] = {
     "vocab_size": 100,
     "hidden_size": 64,
@@ -42,6 +43,10 @@ pytestmark = pytest.mark.usefixtures("deterministic_torch")
 def decoder_config(arch: str) -> transformers.PretrainedConfig:
     if arch == "qwen3":
         return transformers.Qwen3Config(**COMMON)
+    if arch == "qwen2":  # biases on the q/k/v projections
+        return transformers.Qwen2Config(**COMMON)
+    if arch == "llama":
+        return transformers.LlamaConfig(**COMMON)
     # A window shorter than the longest items, so padding meets Mistral's sliding-window mask.
     return transformers.MistralConfig(**COMMON, sliding_window=16)
 
@@ -145,8 +150,33 @@ def test_batch_equals_single_in_any_order(decoders: dict[str, Path], arch: str) 
 def test_decoder_facts(decoders: dict[str, Path], arch: str) -> None:
     adapter = load(decoders[arch])
     model = adapter._model
-    assert model is not None and type(model).__name__ in ("Qwen3Model", "MistralModel")
-    # Not the packed BERT path; no KV cache filled by forwards that never generate.
-    assert not adapter.is_padding_free and adapter._head is None
+    assert model is not None and type(model).__name__.lower().startswith(arch)
+    # The padding-free decoder path; no KV cache filled by forwards that never generate.
+    assert adapter.is_padding_free and adapter._head is None
     assert model.config.use_cache is False
     assert (adapter.dim, adapter.pad_token_id, adapter.pooling) == (64, 0, "last")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padding_free_stream_equals_each_item_alone_at_every_token(
+    decoders: dict[str, Path], arch: str
+) -> None:
+    # Every position, not only the last: mean-pooled decoders read them all. 30 items make several
+    # attention groups; lengths up to 40 cross Mistral's 16-token window.
+    model = plain(decoders[arch])
+    packed = PackedDecoder.wrap(model)
+    assert packed is not None
+    items = random_items(30, seed=11)
+    width = max(len(ids) for ids in items)
+    padded = torch.zeros((len(items), width), dtype=torch.long)
+    for i, ids in enumerate(items):
+        padded[i, : len(ids)] = torch.from_numpy(ids.astype(np.int64))
+    with torch.no_grad():
+        got = packed.hidden_states(padded, [len(ids) for ids in items])
+        for i, ids in enumerate(items):
+            alone = model(input_ids=torch.from_numpy(ids.astype(np.int64))[None]).last_hidden_state[0]
+            torch.testing.assert_close(got[i, : len(ids)], alone, rtol=0, atol=ATOL)
+            assert not got[i, len(ids) :].any()
+        same = padded[:4, :12].clone()  # equal lengths: the uniform path
+        uniform = packed.hidden_states(same, [12] * 4)
+        torch.testing.assert_close(uniform, model(input_ids=same).last_hidden_state, rtol=0, atol=ATOL)

@@ -15,6 +15,7 @@ import torch
 
 from sie.gpu_proc import attention
 from sie.gpu_proc.adapters.packed import PackedEncoder
+from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -151,7 +152,9 @@ class BaseEncoder:
 
     def __init__(self, base: torch.nn.Module) -> None:
         self._base = base
-        self._packed = PackedEncoder.wrap(base)
+        self._packed: PackedEncoder | PackedDecoder | None = PackedEncoder.wrap(base) or PackedDecoder.wrap(
+            base
+        )
         self._takes_token_types = takes_token_types(base)
 
     @property

@@ -1,0 +1,98 @@
+"""The padding-free decoder forward against the padded one, in process, on a decoder embedder of a
+real layer shape (Qwen3-Embedding-0.6B's: hidden 1024, 16 heads over 8 key/value heads of 128,
+MLP 3072) with fewer layers, random weights, mixed text lengths.
+
+    python scripts/bench_packed_decoder.py [--layers 4] [--items 32] [--rounds 5]
+
+Each way runs through the device's Runner: transformers' padded forward in the length runs the
+runner forms for models that pad, the packed forward in those runs, and the packed forward over the
+whole batch (how a padding-free adapter is served).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from sie.gpu_proc.adapters import load_adapter
+from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.runner import Runner
+from sie.model_config import parse_model_config
+from sie.shm.layout import Op
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--items", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-len", type=int, default=8)
+    parser.add_argument("--max-len", type=int, default=256)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    config = transformers.Qwen3Config(
+        vocab_size=4096,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=args.layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+    )
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        transformers.AutoModel.from_config(config).save_pretrained(folder)
+        adapter = load_adapter(_config(), Path(folder), "cpu")
+    rng = np.random.default_rng(0)
+    items = [
+        rng.integers(1, 4096, rng.integers(args.min_len, args.max_len + 1)).astype(np.int32)
+        for _ in range(args.items)
+    ]
+    batch = _batch(items)
+    runner = Runner(torch.device("cpu"))
+    encoder = adapter._encoder
+    packed = encoder._packed
+    modes = {  # (the packed forward, the whole batch at once)
+        "padded, in length runs": (None, False),
+        "packed, in length runs": (packed, False),
+        "packed, whole batch": (packed, True),
+    }
+    timings: dict[str, list[float]] = {name: [] for name in modes}
+    for _ in range(args.rounds):
+        for name, (forward, whole) in modes.items():
+            encoder._packed, adapter.is_padding_free = forward, whole
+            started = time.perf_counter()
+            runner.run_dense(adapter, batch)
+            timings[name].append(time.perf_counter() - started)
+    tokens = sum(len(ids) for ids in items)
+    print(f"{args.items} items, {tokens} tokens, lengths {args.min_len}-{args.max_len}, {args.layers} layers")
+    for name, times in timings.items():
+        median = statistics.median(times)
+        print(
+            f"{name}: {median * 1000:.0f} ms per batch (median of {args.rounds}), "
+            f"{tokens / median:.0f} tokens/s"
+        )
+
+
+def _config():  # type: ignore[no-untyped-def]
+    profile = {"adapter": "dense", "adapter_options": {"runtime": {"pooling": "last"}}}
+    return parse_model_config({"sie_id": "bench/qwen3", "profiles": {"default": profile}})
+
+
+def _batch(items: list[np.ndarray]) -> Batch:
+    pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
+    lengths = [len(ids) for ids in items]
+    return Batch((0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""A padding-free forward for decoder embedders (Qwen2, Qwen3, Mistral, Llama): causal attention,
+rotary positions, grouped-query attention.
+
+As for encoders (`packed.py`, whose packing plan this reuses), every projection, norm and MLP runs
+once over the batch's real tokens as one `[tokens, hidden]` stream; attention alone works on small
+padded blocks of sequences of similar length, with a causal (and, where the model has one, a
+sliding-window) mask. Rotary positions count from each sequence's own start. The weights are the
+Hugging Face model's own modules, so any checkpoint of these architectures runs unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from sie.gpu_proc.adapters.packed import Packing, plan
+
+# Decoder stacks whose layers are exactly: norm, attention (q/k/v/o projections, optional q/k norms
+# on the head dimension, rotary), residual, norm, MLP, residual; then a final norm.
+_ARCHITECTURES = frozenset({"qwen2", "qwen3", "mistral", "llama"})
+
+
+class PackedDecoder:
+    def __init__(self, base: Any) -> None:
+        self._base = base
+        config = base.config
+        self._heads = int(config.num_attention_heads)
+        self._kv_heads = int(getattr(config, "num_key_value_heads", None) or self._heads)
+        self._head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self._heads)
+        self._windows = [_window(layer.self_attn, config) for layer in base.layers]
+
+    @staticmethod
+    def wrap(base: Any) -> PackedDecoder | None:
+        """A packed runner for a decoder base model (e.g. `Qwen3Model`), or None if unsupported."""
+        config = getattr(base, "config", None)
+        if config is None or config.model_type not in _ARCHITECTURES:
+            return None
+        if not type(base).__module__.startswith("transformers.models."):
+            return None  # a model's own code (bidirectional variants) computes differently
+        if not hasattr(base, "rotary_emb") or not hasattr(base, "layers"):
+            return None
+        return PackedDecoder(base)
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        lengths: list[int],
+        token_type_ids: torch.Tensor | None = None,
+        key_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Last hidden states [n, L, hidden], zero on padding, equal to the padded causal forward's."""
+        if key_mask is not None:
+            raise ValueError("decoder embedders attend to every earlier token: no key mask")
+        packing = plan(lengths, input_ids.shape[1], None, input_ids.device)
+        ids = input_ids.reshape(-1) if packing.tokens is None else input_ids.reshape(-1)[packing.tokens]
+        flat = self._base.embed_tokens(ids)
+        positions = _positions(packing, input_ids)
+        cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]
+        rotary = (cos[0, :, None, :], sin[0, :, None, :])
+        masks = _Masks(input_ids.device)
+        for layer, window in zip(self._base.layers, self._windows, strict=True):
+            attended = self._attend(
+                layer.self_attn, layer.input_layernorm(flat), rotary, packing, masks, window
+            )
+            flat = flat + attended
+            flat = flat + layer.mlp(layer.post_attention_layernorm(flat))
+        flat = self._base.norm(flat)
+        if packing.uniform:
+            return flat.view(*input_ids.shape, flat.shape[-1])
+        out = flat.new_zeros((input_ids.numel(), flat.shape[-1]))
+        out.index_copy_(0, packing.tokens, flat)
+        return out.view(*input_ids.shape, flat.shape[-1])
+
+    def _attend(
+        self,
+        attention: Any,
+        hidden: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        packing: Packing,
+        masks: _Masks,
+        window: int | None,
+    ) -> torch.Tensor:
+        tokens, d = hidden.shape[0], self._head_dim
+        q = attention.q_proj(hidden).view(tokens, self._heads, d)
+        k = attention.k_proj(hidden).view(tokens, self._kv_heads, d)
+        v = attention.v_proj(hidden).view(tokens, self._kv_heads, d)
+        if hasattr(attention, "q_norm"):  # Qwen3 normalizes each head before the rotation
+            q, k = attention.q_norm(q), attention.k_norm(k)
+        cos, sin = rotary
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        gqa = self._kv_heads != self._heads
+        if packing.uniform:
+            n, length = packing.shape
+            blocks = (t.view(n, length, -1, d).transpose(1, 2) for t in (q, k, v))
+            out = _causal_attention(blocks, masks.window(length, window), gqa)
+            return attention.o_proj(out.transpose(1, 2).reshape(tokens, self._heads * d))
+        # Row `tokens` of each padded copy is zeros: what padding positions gather.
+        q, k, v = (torch.cat([t, t.new_zeros((1, *t.shape[1:]))]) for t in (q, k, v))
+        context = hidden.new_empty((tokens, self._heads * d))
+        for group in packing.groups:
+            g, length = group.keys.shape
+            blocks = (
+                t.index_select(0, group.index).view(g, length, -1, d).transpose(1, 2) for t in (q, k, v)
+            )
+            # Right padding: a real row's causal past holds only real tokens, so no key mask is
+            # needed; the padding rows' results are dropped below.
+            out = _causal_attention(blocks, masks.window(length, window), gqa)
+            rows = out.transpose(1, 2).reshape(g * length, self._heads * d).index_select(0, group.real)
+            context.index_copy_(0, group.rows, rows)
+        return attention.o_proj(context)
+
+
+def _causal_attention(blocks: Any, window_mask: torch.Tensor | None, gqa: bool) -> torch.Tensor:
+    q, k, v = blocks
+    if window_mask is None:  # SDPA's own causal kernels beat any explicit mask
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask, enable_gqa=gqa)
+
+
+class _Masks:
+    """Sliding-window causal masks by block length, made once per batch and shared by every layer."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._device = device
+        self._made: dict[tuple[int, int], torch.Tensor] = {}
+
+    def window(self, length: int, window: int | None) -> torch.Tensor | None:
+        """None when the window does not bind (plain causal attention)."""
+        if window is None or window >= length:
+            return None
+        mask = self._made.get((length, window))
+        if mask is None:
+            rows = torch.arange(length, device=self._device)
+            distance = rows[:, None] - rows[None, :]
+            mask = self._made[(length, window)] = (distance >= 0) & (distance < window)
+        return mask
+
+
+def _window(attention: Any, config: Any) -> int | None:
+    """A layer's sliding window: its own attribute where the model sets one per layer (Qwen),
+    else the model's (Mistral); None for full attention."""
+    window = getattr(attention, "sliding_window", getattr(config, "sliding_window", None))
+    return int(window) if window else None
+
+
+def _positions(packing: Packing, input_ids: torch.Tensor) -> torch.Tensor:
+    if packing.positions is not None:
+        return packing.positions
+    n, length = input_ids.shape
+    return torch.arange(length, device=input_ids.device).repeat(n)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
