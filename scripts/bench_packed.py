@@ -1,8 +1,8 @@
-"""The padding-free decoder forward against the padded one, in process, on a decoder embedder of a
-real layer shape (Qwen3-Embedding-0.6B's: hidden 1024, 16 heads over 8 key/value heads of 128,
-MLP 3072) with fewer layers, random weights, mixed text lengths.
+"""The padding-free forward against transformers' padded one, in process, on models of a real layer
+shape with fewer layers, random weights, mixed text lengths: a decoder embedder (Qwen3-Embedding-
+0.6B's layers: hidden 1024, 16 heads over 8 key/value heads of 128, MLP 3072) or ModernBERT-base's.
 
-    python scripts/bench_packed_decoder.py [--layers 4] [--items 32] [--rounds 5]
+    python scripts/bench_packed.py [--arch qwen3|modernbert] [--layers 4] [--items 32] [--rounds 5]
 
 Each way runs through the device's Runner: transformers' padded forward in the length runs the
 runner forms for models that pad, the packed forward in those runs, and the packed forward over the
@@ -32,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--arch", choices=("qwen3", "modernbert"), default="qwen3")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--items", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
@@ -39,15 +40,7 @@ def main() -> None:
     parser.add_argument("--max-len", type=int, default=256)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    config = transformers.Qwen3Config(
-        vocab_size=4096,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=args.layers,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-    )
+    config = _model_config(args.arch, args.layers)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:
         transformers.AutoModel.from_config(config).save_pretrained(folder)
@@ -81,6 +74,31 @@ def main() -> None:
             f"{name}: {median * 1000:.0f} ms per batch (median of {args.rounds}), "
             f"{tokens / median:.0f} tokens/s"
         )
+
+
+def _model_config(arch: str, layers: int) -> transformers.PretrainedConfig:
+    if arch == "modernbert":  # ModernBERT-base: every third layer global, the others a 128-token window
+        return transformers.ModernBertConfig(
+            vocab_size=4096,
+            hidden_size=768,
+            intermediate_size=1152,
+            num_hidden_layers=layers,
+            num_attention_heads=12,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+        )
+    return transformers.Qwen3Config(
+        vocab_size=4096,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+    )
 
 
 def _config():  # type: ignore[no-untyped-def]
