@@ -13,6 +13,7 @@ import transformers
 
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.packed import PackedEncoder, _groups
+from sie.gpu_proc.adapters.packed_modernbert import PackedModernBert
 from sie.gpu_proc.batcher import Batch, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
@@ -82,6 +83,41 @@ def test_key_mask_hides_tokens_from_attention_only() -> None:
         want = model(input_ids=ids, attention_mask=keys).last_hidden_state
         got = PackedEncoder.wrap(model).hidden_states(ids, lengths, key_mask=keys)  # type: ignore[union-attr]
     np.testing.assert_allclose(got[mask.bool()].numpy(), want[mask.bool()].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_packed_modernbert_equals_padded_forward(shape: str) -> None:
+    # A local window (8 either side) far shorter than the longest item, so the band mask binds;
+    # ColBERT-style keys hidden from attention in one item.
+    lengths = SHAPES[shape]
+    torch.manual_seed(2)
+    config = transformers.ModernBertConfig(
+        vocab_size=300,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=96,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+        local_attention=16,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+    )
+    model = transformers.AutoModel.from_config(config, attn_implementation="sdpa").eval()
+    ids, mask = padded_batch(300, 0, lengths, seed=5)
+    keys = mask.clone()
+    if shape == "mixed":
+        keys[3, 90:100] = 0
+    packed = PackedModernBert.wrap(model)
+    assert packed is not None
+    with torch.inference_mode():
+        want = model(input_ids=ids, attention_mask=keys).last_hidden_state
+        got = packed.hidden_states(ids, lengths, key_mask=keys if shape == "mixed" else None)
+    real = mask.bool()
+    np.testing.assert_allclose(got[real].numpy(), want[real].numpy(), atol=1e-5)
+    assert not got[~real].any()
 
 
 def test_unsupported_architectures_keep_the_padded_path() -> None:

@@ -100,11 +100,7 @@ class PackedEncoder:
         flat = self._embed(input_ids, token_type_ids, packing)
         for layer in self._base.encoder.layer:
             flat = self._layer(layer, flat, packing)
-        if packing.uniform:
-            return flat.view(*input_ids.shape, flat.shape[-1])
-        out = flat.new_zeros((input_ids.numel(), flat.shape[-1]))
-        out.index_copy_(0, packing.tokens, flat)
-        return out.view(*input_ids.shape, flat.shape[-1])
+        return unpacked(flat, packing)
 
     def _embed(
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, packing: Packing
@@ -219,3 +215,26 @@ def _groups(sorted_lengths: list[int], max_waste: float, min_items: int = MIN_GR
     if current:
         groups.append(current)
     return groups
+
+
+def stream_positions(packing: Packing, input_ids: torch.Tensor) -> torch.Tensor:
+    """Each streamed token's position in its own sequence (rotary models count from every start)."""
+    if packing.positions is not None:
+        return packing.positions
+    n, length = input_ids.shape
+    return torch.arange(length, device=input_ids.device).repeat(n)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding's partner of each coordinate (the halves swapped, the first negated)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def unpacked(flat: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """The stream's rows back in the padded [n, L, hidden] layout, zeros on padding."""
+    if packing.tokens is None:
+        return flat.view(*packing.shape, flat.shape[-1])
+    out = flat.new_zeros((packing.shape[0] * packing.shape[1], flat.shape[-1]))
+    out.index_copy_(0, packing.tokens, flat)
+    return out.view(*packing.shape, flat.shape[-1])

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sie.gpu_proc.adapters.packed import Packing, plan
+from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, unpacked
 
 # Decoder stacks whose layers are exactly: norm, attention (q/k/v/o projections, optional q/k norms
 # on the head dimension, rotary), residual, norm, MLP, residual; then a final norm.
@@ -56,7 +56,7 @@ class PackedDecoder:
         packing = plan(lengths, input_ids.shape[1], None, input_ids.device)
         ids = input_ids.reshape(-1) if packing.tokens is None else input_ids.reshape(-1)[packing.tokens]
         flat = self._base.embed_tokens(ids)
-        positions = _positions(packing, input_ids)
+        positions = stream_positions(packing, input_ids)
         cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]
         rotary = (cos[0, :, None, :], sin[0, :, None, :])
         masks = _Masks(input_ids.device)
@@ -67,11 +67,7 @@ class PackedDecoder:
             flat = flat + attended
             flat = flat + layer.mlp(layer.post_attention_layernorm(flat))
         flat = self._base.norm(flat)
-        if packing.uniform:
-            return flat.view(*input_ids.shape, flat.shape[-1])
-        out = flat.new_zeros((input_ids.numel(), flat.shape[-1]))
-        out.index_copy_(0, packing.tokens, flat)
-        return out.view(*input_ids.shape, flat.shape[-1])
+        return unpacked(flat, packing)
 
     def _attend(
         self,
@@ -89,7 +85,7 @@ class PackedDecoder:
         if hasattr(attention, "q_norm"):  # Qwen3 normalizes each head before the rotation
             q, k = attention.q_norm(q), attention.k_norm(k)
         cos, sin = rotary
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         gqa = self._kv_heads != self._heads
         if packing.uniform:
             n, length = packing.shape
@@ -143,15 +139,3 @@ def _window(attention: Any, config: Any) -> int | None:
     else the model's (Mistral); None for full attention."""
     window = getattr(attention, "sliding_window", getattr(config, "sliding_window", None))
     return int(window) if window else None
-
-
-def _positions(packing: Packing, input_ids: torch.Tensor) -> torch.Tensor:
-    if packing.positions is not None:
-        return packing.positions
-    n, length = input_ids.shape
-    return torch.arange(length, device=input_ids.device).repeat(n)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
