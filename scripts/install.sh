@@ -32,6 +32,9 @@ extras=""
 # GLiNER's model code. Without its dependencies: it declares transformers<5.17 but runs on the
 # transformers we pin (tested); its other needs come with torch and transformers.
 .venv/bin/python -m pip install -q --no-deps "gliner==0.2.29"
+# GLiClass's model code (the gliclass family). Without its dependencies: it declares scikit-learn,
+# which none of its imported modules use; torch, transformers (>= 5), numpy and tqdm are ours already.
+.venv/bin/python -m pip install -q --no-deps "gliclass==0.1.21"
 
 if [ "${1:-}" = "--test" ]; then
   py312=""

@@ -1,0 +1,10 @@
+"""GLiClass zero-shot text classification: one forward scores every label of the request against a text."""
+
+from sie.families.spec import Family
+
+FAMILY = Family(
+    name="gliclass",
+    adapter="sie.gpu_proc.adapters.gliclass:GliclassAdapter",
+    extract_runner="sie.frontend.tasks.extract:run_gliclass",
+    extract_needs_labels=True,
+)
