@@ -7,19 +7,21 @@ the inference thread rings after a batch; each wake drains everything (wakeups c
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
-from collections import defaultdict, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from sie.gpu_proc.batcher import Batch, Batcher, PendingItem
+from sie.gpu_proc.batcher import Batcher, PendingItem
 from sie.gpu_proc.cancel import Cancellations
 from sie.gpu_proc.eviction import MemoryManager
 from sie.gpu_proc.inference import Finished, InferenceThread
 from sie.gpu_proc.registry import Registry
+from sie.gpu_proc.results import result_messages
 from sie.heap import HeapTrimmer
 from sie.metrics.recorders import DeviceRecorder
 from sie.shared_catalog import CatalogFeed
@@ -29,6 +31,7 @@ from sie.shm.layout import (
     LayoutError,
     Op,
     ResultBlock,
+    ResultKind,
     Status,
     decode_request,
     encode_result,
@@ -196,6 +199,7 @@ class DeviceLoop:
 
     def _drain_requests(self) -> None:
         now = time.monotonic()
+        admitted: set[int] = set()  # models given items this pass: each touched once, not per request
         for pair in self.pairs.values():
             # A frontend that does not read its results gets no new work (its requests wait in, and
             # then fill, its request ring: 503 QUEUE_FULL), so the overflow below stays bounded.
@@ -207,9 +211,11 @@ class DeviceLoop:
                 # the ring must be free for the frontend meanwhile. Payloads are a few KiB.
                 payload = message.view.copy()
                 pair.requests.release(message)
-                self._admit(pair, payload, now)
+                self._admit(pair, payload, now, admitted)
+        for slot in admitted:
+            self.registry.touch(slot)
 
-    def _admit(self, pair: RingPair, payload: np.ndarray, now: float) -> None:
+    def _admit(self, pair: RingPair, payload: np.ndarray, now: float, admitted: set[int]) -> None:
         try:
             request = decode_request(payload)
         except (LayoutError, ValueError) as exc:
@@ -231,15 +237,15 @@ class DeviceLoop:
         if lora and (refusal := self.registry.check_lora(slot, lora)) is not None:
             self._send(pair, error_result(request.req_id, *refusal))
             return
-        wanted = kinds_of(request.output_mask)
-        if not wanted or not set(wanted) <= adapter.kinds:
-            asked = ", ".join(k.name for k in wanted) or "nothing"
+        wanted = _wanted(request.output_mask)
+        if not wanted or not wanted <= adapter.kinds:
+            asked = ", ".join(k.name for k in kinds_of(request.output_mask)) or "nothing"
             self._send(pair, error_result(request.req_id, Status.INVALID, f"model cannot produce {asked}"))
             return
         if not self.batcher.try_add(request, pair.frontend, now):
             self._send(pair, error_result(request.req_id, Status.QUEUE_FULL, "model queue is full"))
             return
-        self.registry.touch(slot)
+        admitted.add(slot)
 
     def _dispatch(self) -> None:
         # A group goes when it is full or its oldest item has waited max_batch_wait_ms, even on an
@@ -289,17 +295,19 @@ class DeviceLoop:
         for done in finished:
             if self.stats is not None:
                 _count_batch(self.stats, done)
-            for frontend, block in _result_blocks(done):
+            for frontend, req_id, payload in result_messages(done):
                 pair = self.pairs.get(frontend)
                 if pair is not None:
-                    self._send(pair, block, notify=False)
+                    self._push(pair, payload, req_id, notify=False)
                     touched.add(frontend)
         for frontend in touched:
             self.pairs[frontend].wake.ring()
 
     def _send(self, pair: RingPair, block: ResultBlock, notify: bool = True) -> None:
-        payload = encode_result(block)
-        if pair.overflow or not pair.results.try_push(payload, block.req_id):
+        self._push(pair, encode_result(block), block.req_id, notify)
+
+    def _push(self, pair: RingPair, payload: np.ndarray, req_id: int, notify: bool = True) -> None:
+        if pair.overflow or not pair.results.try_push(payload, req_id):
             pair.overflow.append(payload)  # never block the loop on a slow frontend
         elif notify:
             pair.wake.ring()
@@ -346,43 +354,10 @@ def _count_batch(stats: DeviceRecorder, done: Finished) -> None:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _wanted(output_mask: int) -> frozenset[ResultKind]:
+    return frozenset(kinds_of(output_mask))
+
+
 def _tag_of(payload: np.ndarray) -> int:
     return int(payload[:8].view("<u8")[0])
-
-
-def _result_blocks(done: Finished) -> list[tuple[int, ResultBlock]]:
-    """Split a finished batch into one result message per (frontend, request, result kind)."""
-    rows: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for row, item in enumerate(done.batch.items):
-        rows[(item.source, item.req_id)].append(row)
-    if done.outputs is None:
-        return [(src, error_result(req_id, done.status, done.message)) for src, req_id in rows]
-    # Items refused after out-of-memory recovery fail their requests; the others are answered.
-    refused = dict.fromkeys((item.source, item.req_id) for item in done.failed)
-    blocks = [(src, error_result(req_id, Status.OUT_OF_MEMORY, done.message)) for src, req_id in refused]
-    batch: Batch = done.batch
-    infer_us = min((done.finished_ns - done.started_ns) // 1000, 2**32 - 1)
-    for (source, req_id), picked in rows.items():
-        if (source, req_id) in refused:
-            continue
-        items = [batch.items[r] for r in picked]
-        queue_us = min(max(0, (done.started_ns - min(i.submit_ns for i in items)) // 1000), 2**32 - 1)
-        item_index = np.fromiter((i.item_index for i in items), np.int32, len(items))
-        for kind, output in done.outputs.items():
-            part = output.take(picked)
-            block = ResultBlock(
-                req_id=req_id,
-                kind=kind,
-                item_index=item_index,
-                item_status=np.zeros(len(items), np.uint8),
-                values=part.values,
-                dim=part.dim,
-                row_offsets=part.row_offsets,
-                indices=part.indices,
-                queue_us=queue_us,
-                infer_us=infer_us,
-                batch_items=len(batch.items),
-                batch_tokens=batch.n_tokens,
-            )
-            blocks.append((source, block))
-    return blocks

@@ -1,0 +1,221 @@
+"""The GPU kit's measurements in one run: models built, CUDA tests, raw forward vs sie over HTTP.
+
+    python scripts/gpu/bench_gpu.py --out FILE [--cpu] [--seconds 6] [--clients 1,32,256]
+                                    [--frontends N] [--work DIR] [--skip-tests]
+
+1. Builds random-weight models of real shapes (scripts/gpu/build_models.py; `--cpu`: tiny ones),
+   one YAML per model and precision (float16 and bfloat16 on CUDA; float32 and bfloat16 on CPU).
+2. Runs the tests marked `gpu` (skipped without CUDA) and keeps their summary.
+3. For each model and precision: the raw batched forward in-process (scripts/gpu/raw_forward.py),
+   then sie over HTTP (one server, every model preloaded) at each client count, one item per
+   request (10-40-word texts; 640x480 JPEGs for CLIP), with the GPU's busy share sampled from
+   NVML while the clients run (`utilization.gpu`: the time a kernel was running).
+4. Writes one JSON object to `--out`: per model, raw items/s and single-forward ms, and per
+   client count sie's items/s, p50/p99 ms and GPU busy %; `vs_raw` is sie's items/s at the most
+   clients over the raw forward's, `single_over_raw_ms` one client's p50 less the raw single.
+
+The clients are scripts/bench.py's hand-written keep-alive HTTP clients in this process, so at
+hundreds of clients their own CPU (`client_cpu_s`) may cap what they can ask for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import io
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "scripts"), str(REPO / "scripts" / "gpu"), str(REPO)]
+
+import msgpack  # noqa: E402
+from _server import start_server, stop_server  # noqa: E402
+from bench import make_texts, percentile, run_load  # noqa: E402
+from build_models import build, default_tokenizer_dir  # noqa: E402
+from raw_forward import measure_images, measure_text, release_memory  # noqa: E402
+
+
+class GpuBusy:
+    """NVML's `utilization.gpu` sampled every 50 ms while a block runs; None without NVML."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            self._nvml = pynvml
+            self.name = str(pynvml.nvmlDeviceGetName(self._handle))
+        except Exception:  # no driver, no GPU: nothing to sample
+            self.name = None
+
+    def during(self, run: Any) -> tuple[Any, float | None]:
+        if self._nvml is None:
+            return run(), None
+        samples: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                samples.append(int(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        try:
+            result = run()
+        finally:
+            stop.set()
+            thread.join()
+        return result, round(sum(samples) / len(samples), 1) if samples else None
+
+
+def jpegs(n: int, size: tuple[int, int], seed: int = 0) -> list[bytes]:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    made = []
+    for _ in range(n):
+        pixels = rng.integers(0, 256, (size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+        image = Image.fromarray(pixels).resize(size, Image.BILINEAR)  # smooth, so JPEG sizes are real
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG", quality=90)
+        made.append(buffer.getvalue())
+    return made
+
+
+def run_tests(cpu: bool) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+            "tests/gpu_proc/test_cuda.py", "tests/gpu_proc/test_fake_adapter.py"]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    return {"returncode": done.returncode, "summary": lines[-1] if lines else done.stderr[-500:], "cpu": cpu}
+
+
+def load(url: str, model: str, bodies: list[bytes], fmt: str, clients: int, seconds: float) -> dict[str, Any]:
+    args = argparse.Namespace(
+        task="encode", model=model, format=fmt, requests=None, duration_s=seconds, warmup=2 * clients,
+        scrape_every_s=None, client="raw", concurrency=clients, items_per_request=1,
+    )  # fmt: skip
+    started = time.process_time()
+    stats, elapsed = asyncio.run(run_load(url, args, bodies))
+    return {
+        "items_per_s": round(sum(stats.items) / elapsed, 1),
+        "p50_ms": round(percentile(stats.latencies_ms, 50), 2),
+        "p99_ms": round(percentile(stats.latencies_ms, 99), 2),
+        "errors": stats.errors,
+        "client_cpu_s": round(time.process_time() - started, 2),
+    }
+
+
+def bodies_for(spec: dict[str, Any], texts: list[str], images: list[bytes]) -> tuple[list[bytes], str]:
+    if spec["kind"] == "image":
+        return [
+            msgpack.packb({"items": [{"images": [{"data": data}]}]}, use_bin_type=True) for data in images
+        ], "msgpack"
+    return [json.dumps({"items": [{"text": text}]}).encode() for text in texts], "json"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cpu", action="store_true", help="tiny models on the CPU: the kit's rehearsal")
+    parser.add_argument("--seconds", type=float, default=6.0, help="per model and client count")
+    parser.add_argument("--clients", default="1,32,256")
+    parser.add_argument("--frontends", type=int)
+    parser.add_argument("--work", type=Path, help="where the models go (default: a temporary folder)")
+    parser.add_argument("--skip-tests", action="store_true")
+    args = parser.parse_args()
+    device = "cpu" if args.cpu else "cuda"
+    cores = os.cpu_count() or 2
+    frontends = args.frontends or (2 if args.cpu else max(2, min(8, cores // 2)))
+    work = args.work or Path(tempfile.mkdtemp(prefix="sie-gpu-"))
+    report: dict[str, Any] = {
+        "device": device,
+        "cores": cores,
+        "frontends": frontends,
+        "python": platform.python_version(),
+    }
+    report.update(_versions())
+    started = time.monotonic()
+    specs = build(work, args.cpu, device, default_tokenizer_dir())
+    report["build_s"] = round(time.monotonic() - started, 1)
+    print(f"built {len(specs)} models in {report['build_s']} s", flush=True)
+    if not args.skip_tests:
+        report["tests"] = run_tests(args.cpu)
+        print(f"tests: {report['tests']['summary']}", flush=True)
+    texts, source = make_texts(512 if args.cpu else 4096, 10, 40)
+    images = jpegs(64 if args.cpu else 512, (160, 120) if args.cpu else (640, 480))
+    report["texts"] = source
+    busy = GpuBusy()
+    report["gpu"] = busy.name
+    for spec in specs:
+        measure = measure_images if spec["kind"] == "image" else measure_text
+        spec["raw"] = measure(spec, images if spec["kind"] == "image" else texts, device, 64)
+        release_memory()
+        print(f"raw {spec['id']}: {spec['raw']}", flush=True)
+    extra = [
+        "--device",
+        device,
+        "--models-dir",
+        str(work / "models"),
+        "--preload",
+        ",".join(s["id"] for s in specs),
+    ]
+    process, url, _, log_path = start_server(frontends, extra, "gpukit")
+    report["server_log"] = str(log_path)
+    try:
+        for spec in specs:
+            bodies, fmt = bodies_for(spec, texts, images)
+            spec["sie"] = {}
+            for clients in (int(c) for c in args.clients.split(",")):
+                run = functools.partial(load, url, spec["id"], bodies, fmt, clients, args.seconds)
+                result, gpu_busy = busy.during(run)
+                result["gpu_busy_percent"] = gpu_busy
+                spec["sie"][str(clients)] = result
+                print(f"sie {spec['id']} x{clients}: {result}", flush=True)
+            _compare(spec)
+    finally:
+        stop_server(process)
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)  # a fresh temporary folder: the models go with it
+    report["models"] = specs
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
+    return 0
+
+
+def _compare(spec: dict[str, Any]) -> None:
+    levels = sorted(spec["sie"], key=int)
+    most, one = spec["sie"][levels[-1]], spec["sie"].get("1")
+    spec["vs_raw"] = round(most["items_per_s"] / spec["raw"]["raw_items_per_s"], 3)
+    if one is not None:
+        spec["single_over_raw_ms"] = round(one["p50_ms"] - spec["raw"]["raw_single_ms"], 2)
+
+
+def _versions() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda}
+
+
+if __name__ == "__main__":
+    random.seed(0)
+    sys.exit(main())
