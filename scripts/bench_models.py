@@ -7,8 +7,8 @@ Builds K random BERT encoders (about 60 MB of float32 weights each, MiniLM's tok
 temporary models directory, then runs the same load twice against a throwaway server:
 
 1. `unbounded`: no memory bound, every model stays loaded once loaded;
-2. `bounded`: `--device-memory-bytes` set so that about `--fit` of them fit under the threshold
-   (the device's RSS with one model loaded, measured first, plus room for `fit - 1` more).
+2. `bounded`: `--device-memory-bytes` set so that `--fit` of them fit under the threshold and
+   the next does not (a bound on a CPU device counts the bytes its models hold).
 
 Each of `--concurrency` clients sends requests to a model drawn uniformly at random; a request
 answered 503 MODEL_LOADING is retried after `--retry-s` (the SDK waits the Retry-After, 5 s;
@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 import yaml
-from _server import server_pids, start_server, stop_server  # scripts/ is on sys.path as a script
+from _server import start_server, stop_server  # scripts/ is on sys.path as a script
 
 THRESHOLD_PERCENT = 85
 HIDDEN = 256
@@ -138,29 +138,6 @@ def run_load(url: str, names: list[str], args: argparse.Namespace) -> dict[str, 
     }
 
 
-def device_rss_with_one_model(models_dir: Path, name: str, frontends: int) -> int:
-    """RSS of a device process that has loaded and run one of the models (what `fit` is counted on)."""
-    process, url, _, _ = start_server(frontends, ["--models-dir", str(models_dir)], "benchm")
-    try:
-        body = {"items": [{"text": "warm up"}]}
-        deadline = time.monotonic() + 120
-        while httpx.post(f"{url}/v1/encode/{name}", json=body, timeout=60).status_code != 200:
-            if time.monotonic() > deadline:
-                raise SystemExit("the first model never loaded")
-            time.sleep(0.2)
-        (device,) = [pid for pid, role in server_pids(process.pid).items() if role == "device"]
-        return _rss(device)
-    finally:
-        stop_server(process)
-
-
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -183,13 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="sie-bench-models-"))
     try:
         models_dir, names, model_bytes = build_models(root, args.models)
-        one = device_rss_with_one_model(models_dir, names[0], args.frontends)
-        capacity = int((one + (args.fit - 0.5) * model_bytes) * 100 / THRESHOLD_PERCENT)
+        capacity = int((args.fit + 0.5) * model_bytes * 100 / THRESHOLD_PERCENT)
         result: dict[str, Any] = {
             **{k: getattr(args, k) for k in ("models", "fit", "concurrency", "duration_s", "retry_s")},
             "items_per_request": args.items_per_request,
             "model_bytes": model_bytes,
-            "device_rss_one_model": one,
             "device_memory_bytes": capacity,
         }
         bounds = {"unbounded": [], "bounded": ["--device-memory-bytes", str(capacity)]}

@@ -10,8 +10,9 @@ retry (a response has begun).
 `install()` replaces hypercorn's `H11Protocol._send_h11_event` with one that keeps the head of a
 response that declares a body (Content-Length above 0) until the body's first bytes, sends them
 together, and skips empty writes. Responses without a declared body (errors hypercorn writes
-itself, streams, 100-continue) go out as before. hypercorn's own method is one small function
-that has kept this shape since 0.11; `install()` leaves it alone if it is missing.
+itself, streams, 100-continue) go out as before. It patches a private method, so pyproject.toml
+pins hypercorn's minor version and a test runs hypercorn's own H11Protocol with and without it;
+`install()` leaves hypercorn alone if the method is missing.
 """
 
 from __future__ import annotations

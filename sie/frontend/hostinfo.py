@@ -2,13 +2,13 @@
 
 GPUs through NVML (`nvidia-ml-py`), found by the PCI address the device process published, so
 CUDA's and NVML's different orderings of the same GPUs cannot mix them up. A CPU device's memory
-is the host's (`psutil`). Nothing here touches CUDA or torch.
+is the host's, and each process's memory and CPU time its own (both from psutil). Nothing here
+touches CUDA or torch.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 import psutil
@@ -34,33 +34,20 @@ def host_memory() -> Memory:
     return Memory(int(vm.total - vm.available), int(vm.total))
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def process_usage(pid: int) -> ProcessUsage | None:
-    """Memory and CPU time of one process, from two /proc reads (psutil's Process costs several
-    more per scrape: it parses the stat file again to learn the start time)."""
+    """Memory and CPU time of one process; None once it is gone, a zombie, or not ours to read."""
     if pid <= 0:
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            stat = stat_file.read()
-        with open(f"/proc/{pid}/status", "rb") as status_file:
-            status = status_file.read()
-    except OSError:  # gone, or not ours to read
+        process = psutil.Process(pid)
+        with process.oneshot():
+            memory, cpu = process.memory_info(), process.cpu_times()
+    except psutil.Error:
         return None
-    # Fields after the command name, which may itself hold spaces and parentheses.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    cpu_s = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
-    kib: dict[bytes, int] = {}
-    for line in status.splitlines():
-        if line.startswith((b"VmRSS:", b"RssAnon:")):
-            name, value = line.split(b":", 1)
-            kib[name] = int(value.split()[0])
-    if b"VmRSS" not in kib:  # a zombie has no memory lines
+    if not memory.rss:  # a zombie keeps its pid but no memory
         return None
-    rss = kib[b"VmRSS"] * 1024
-    return ProcessUsage(rss, kib.get(b"RssAnon", kib[b"VmRSS"]) * 1024, cpu_s)
+    # Linux's `shared` is the file-backed and shared-memory pages: what is left is RssAnon.
+    return ProcessUsage(int(memory.rss), int(memory.rss - memory.shared), cpu.user + cpu.system)
 
 
 class Nvml:

@@ -13,7 +13,9 @@ graph-mining reference (`sketching/point_cloud/fixed_dimensional_encoding.cc`), 
   coordinate, `default_rng(seed + r)`: `integers` for the column, then `choice([-1, 1])`), as in
   the reference; None keeps the token vectors as they are;
 - the repetitions' blocks are concatenated (repetition, partition, coordinate) and, with
-  `final_projection_dim`, reduced by a Count Sketch drawn from `default_rng(seed)` the same way.
+  `final_projection_dim`, reduced by a Count Sketch drawn from `default_rng(seed)` the same way;
+  a `final_projection_dim` not below the concatenation's size is ignored (SIE 0.10.1's rule: such
+  a sketch could only lose information), and the concatenation is the output.
 
 The concatenation is never built: the Count Sketch is linear and an empty partition adds nothing,
 so each repetition's occupied partitions are scattered straight into the final vector. The work
@@ -60,8 +62,13 @@ class MuveraParams:
         """Length of the concatenated encoding before the Count Sketch."""
         return self.num_repetitions * self.num_partitions * (self.projection_dim or token_dim)
 
+    def sketch_dim(self, token_dim: int) -> int | None:
+        """The Count Sketch's output size, or None when there is none (not set, or not a reduction)."""
+        final = self.final_projection_dim
+        return final if final is not None and final < self.block_dim(token_dim) else None
+
     def output_dim(self, token_dim: int) -> int:
-        return self.final_projection_dim or self.block_dim(token_dim)
+        return self.sketch_dim(token_dim) or self.block_dim(token_dim)
 
 
 _BOUNDS: dict[str, tuple[int, int, bool]] = {  # name: (low, high, may be null)
@@ -128,7 +135,7 @@ def fde(vectors: list[np.ndarray], *, is_query: bool, params: MuveraParams) -> n
     if not vectors:
         return np.zeros((0, params.final_projection_dim or 0), np.float32)
     token_dim = _token_dim(vectors)
-    limit = MAX_OUTPUT_DIM if params.final_projection_dim is None else MAX_BLOCK_DIM
+    limit = MAX_OUTPUT_DIM if params.sketch_dim(token_dim) is None else MAX_BLOCK_DIM
     if params.block_dim(token_dim) > limit:
         raise InvalidInput(
             f"options.muvera: {params.num_repetitions} repetitions x {params.num_partitions} partitions x "
@@ -157,9 +164,9 @@ def _encode(vectors: list[np.ndarray], is_query: bool, params: MuveraParams) -> 
     tokens = np.concatenate(vectors).astype(np.float32, copy=False)
     n, token_dim = len(vectors), tokens.shape[1]
     width, n_parts = params.projection_dim or token_dim, params.num_partitions
-    sketch = None
-    if params.final_projection_dim is not None:
-        sketch = _count_sketch(params.seed, params.block_dim(token_dim), params.final_projection_dim)
+    sketch, sketch_dim = None, params.sketch_dim(token_dim)
+    if sketch_dim is not None:
+        sketch = _count_sketch(params.seed, params.block_dim(token_dim), sketch_dim)
     # Count Sketch sums in float64 (bincount's type) and rounds once at the end.
     out = np.zeros((n, params.output_dim(token_dim)), np.float64 if sketch else np.float32)
     if not len(tokens):

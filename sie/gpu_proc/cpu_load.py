@@ -1,15 +1,10 @@
-"""How many of this process's cores other processes keep busy, measured from /proc/stat.
+"""How many of this process's cores other processes keep busy, from the system's per-CPU times.
 
-A heavy CPU forward gets every core only if the cores are free. When the frontends are busy
-(decoding and resizing images, say), a second OpenMP thread finds no idle core, and it spins
-between the forward's operations on a core the frontends need. Measured on the 2-core VM with a
-small CLIP, 8 clients of 4 JPEGs: the device spent 1.7-2.1 ms of CPU per image with two threads on
-its heavy batches, 1.2-1.3 ms with one, and the server did 201-223 images/s against 238-262.
-
-Busy time of the cores this process may run on comes from /proc/stat; this process's own CPU time
-(the forward's threads included) is taken out, so a parallel forward does not count against
-itself. Readings are at least WINDOW_S apart, so a batch pays for a read (about 20 us) at most
-five times a second.
+A heavy CPU forward gets every core only if the cores are free: when the frontends are busy
+(decoding images, say), a second OpenMP thread finds no idle core and spins on one they need
+(figures in docs/performance.md). Busy time of the cores this process may run on comes from
+psutil's per-CPU times; this process's own CPU time (the forward's threads included) is taken
+out, so a parallel forward does not count against itself. Readings are at least WINDOW_S apart.
 """
 
 from __future__ import annotations
@@ -18,27 +13,19 @@ import os
 import time
 from collections.abc import Callable
 
+import psutil
+
 WINDOW_S = 0.2
-_USER_HZ = os.sysconf("SC_CLK_TCK")
 
 
 def read_busy_s(cpus: frozenset[int]) -> float | None:
-    """Seconds the given CPUs have spent busy since boot, or None where /proc/stat is missing."""
+    """Seconds the given CPUs have spent busy since boot, or None where the system does not tell."""
     try:
-        with open("/proc/stat", "rb") as stat:
-            lines = stat.read().split(b"\n")
-    except OSError:
+        per_cpu = psutil.cpu_times(percpu=True)
+    except (OSError, psutil.Error):
         return None
-    busy = 0
-    for line in lines[1:]:
-        if not line.startswith(b"cpu"):
-            break
-        name, *fields = line.split()
-        if int(name[3:]) in cpus:
-            # user nice system idle iowait irq softirq steal ...: busy is all but idle, iowait, steal
-            values = [int(field) for field in fields[:8]]
-            busy += sum(values) - values[3] - values[4] - values[7]
-    return busy / _USER_HZ
+    # Busy is all but idle, iowait and steal (time the CPU had nothing of ours to run).
+    return sum(t.user + t.nice + t.system + t.irq + t.softirq for i, t in enumerate(per_cpu) if i in cpus)
 
 
 class OthersLoad:

@@ -2,15 +2,19 @@
 
 CPU: the process's resident set against the memory it could still get (its RSS plus what the
 system has available), via psutil. CUDA: device-wide use from `torch.cuda.mem_get_info`. With
-`--device-memory-bytes` the capacity is that number instead, and use is this process's own (NVML's
-per-process figure, which counts the CUDA context, else torch's reserved bytes): that is how several
-servers share one GPU, and how tests force eviction with small models on a CPU.
+`--device-memory-bytes` the capacity is that number instead, and use is what this device holds:
+on CUDA this process's own memory (NVML's per-process figure, which counts the CUDA context, else
+torch's reserved bytes), so several servers share one GPU; on CPU the bytes its loaded models hold
+(parameters and buffers, as each load measured them). Not the RSS there: memory-mapped weights
+count in it only as far as a forward has touched their pages, so a bound on it would let models
+in that do not fit once used.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,18 +38,20 @@ class MemoryProbe(Protocol):
 
 
 class CpuProbe:
-    def __init__(self, capacity_bytes: int | None = None) -> None:
+    def __init__(self, capacity_bytes: int | None = None, held_bytes: Callable[[], int] = lambda: 0) -> None:
+        """`held_bytes`: what the loaded models hold, the use counted against `capacity_bytes`."""
         import psutil
 
         self._psutil = psutil
         self._process = psutil.Process()
         self._capacity = capacity_bytes
+        self._held_bytes = held_bytes
         self._libc = glibc()
 
     def read(self) -> MemoryReading:
-        rss = int(self._process.memory_info().rss)
         if self._capacity:
-            return MemoryReading(rss, self._capacity)
+            return MemoryReading(self._held_bytes(), self._capacity)
+        rss = int(self._process.memory_info().rss)
         return MemoryReading(rss, rss + int(self._psutil.virtual_memory().available))
 
     def release(self) -> None:
@@ -88,10 +94,12 @@ class CudaProbe:
         self._torch.cuda.empty_cache()
 
 
-def probe_for(device: str, capacity_bytes: int | None = None) -> MemoryProbe:
+def probe_for(
+    device: str, capacity_bytes: int | None = None, held_bytes: Callable[[], int] = lambda: 0
+) -> MemoryProbe:
     if device.startswith("cuda"):
         return CudaProbe(device, capacity_bytes)
-    return CpuProbe(capacity_bytes)
+    return CpuProbe(capacity_bytes, held_bytes)
 
 
 def _nvml_handle(torch: Any, device: Any) -> tuple[Any, Any]:

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from sie.frontend.exposition import ServerCollector, Sources
 from sie.frontend.hostinfo import Memory, Nvml
-from sie.metrics import text_format
 from sie.metrics.recorders import DeviceRecorder, FrontendRecorder, SupervisorRecorder
 from sie.shm.control import DeviceState, ModelState
 from sie.version import __version__
@@ -43,7 +43,7 @@ def scrape(blocks: Blocks, nvml: Nvml | None = None, devices: list[str] | None =
     registry = CollectorRegistry(auto_describe=False)
     sources = Sources(blocks.stats, blocks.control, MODELS, devices or ["cpu", "cpu"])
     registry.register(ServerCollector(sources, nvml or FakeNvml()))
-    text = text_format.render(registry.collect()).decode()
+    text = generate_latest(registry).decode()
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
@@ -136,23 +136,22 @@ def test_processes_restarts_and_rings(blocks: Blocks) -> None:
     assert value(samples, "sie_build_info", version=__version__) == 1
 
 
-def test_our_text_writer_gives_prometheus_clients_bytes(blocks: Blocks) -> None:
+def test_openmetrics_page_parses_with_the_same_values(blocks: Blocks) -> None:
     recorder = FrontendRecorder(blocks.stats, 0)
     recorder.request(route="encode", model=0, status=200, code=None, stages_s={"total": 0.02, "queue": 1e-5})
     recorder.request(route="score", model=None, status=404, code="MODEL_NOT_FOUND", stages_s={})
-    recorder.work(0, items=3, tokens=12345678)
     DeviceRecorder(blocks.stats, 0, blocks.control).batch(
         model=0, items=3, tokens=40, max_length=20, forward_s=0.125, queue_s=0.0, ok=True
     )
-    SupervisorRecorder(blocks.stats).processes(os.getpid(), [os.getpid(), 0], [0, 0], [2, 0], [0, 1])
-    sources = Sources(blocks.stats, blocks.control, MODELS, ["cpu", "cpu"])
-    odd = GaugeMetricFamily("sie_test_odd", "a help line with \\ and\na newline", labels=["name"])
-    odd.add_metric(['quote " backslash \\ newline \n done'], float("inf"))
-    odd.add_metric(["plain"], 1e21)
-    families = [*ServerCollector(sources, FakeNvml()).collect(), odd]  # one collect for both writers
-
-    class Collected:
-        def collect(self) -> list[Metric]:
-            return families
-
-    assert text_format.render(families) == generate_latest(Collected())  # type: ignore[arg-type]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        ServerCollector(Sources(blocks.stats, blocks.control, MODELS, ["cpu", "cpu"]), FakeNvml())
+    )
+    parsed = list(openmetrics_families(openmetrics_latest(registry).decode()))  # raises if malformed
+    samples = [s for family in parsed for s in family.samples]
+    assert value(samples, "sie_requests_total", route="encode", model="org/a", status="200") == 1
+    assert value(samples, "sie_errors_total", model="", code="MODEL_NOT_FOUND") == 1
+    assert value(samples, "sie_request_stage_seconds_bucket", stage="total", model="org/a", le="0.025") == 1
+    assert value(samples, "sie_batch_size_sum", device="0", model="org/a") == 3
+    types = {family.name: family.type for family in parsed}
+    assert types["sie_requests"] == "counter" and types["sie_request_stage_seconds"] == "histogram"

@@ -4,10 +4,12 @@ deterministic across processes, and rejects bad parameters with InvalidInput."""
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 import textwrap
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,7 +61,7 @@ def reference_fde(points: np.ndarray, *, is_query: bool, p: MuveraParams) -> np.
             block[counts > 0] /= counts[counts > 0, None]
         blocks.append(block.ravel())
     out = np.concatenate(blocks)
-    if p.final_projection_dim is None:
+    if p.final_projection_dim is None or p.final_projection_dim >= len(out):  # no sketch, or no reduction
         return out
     rng = np.random.default_rng(p.seed)
     where = rng.integers(0, p.final_projection_dim, size=len(out))
@@ -235,3 +237,21 @@ def test_model_defaults_then_profile_then_request() -> None:
     assert muvera_params(None, None, defaults) is None  # defaults alone never turn MUVERA on
     with pytest.raises(InvalidInput, match="center_tokens"):
         muvera_params({"center_tokens": 1}, None)
+
+
+SIE_GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "muvera_sie.json"
+
+
+@pytest.mark.parametrize("name", json.loads(SIE_GOLDEN.read_text())["cases"])
+@pytest.mark.parametrize("kind", ["query", "document"])
+def test_equals_sie_servers_own_encodings(name: str, kind: str) -> None:
+    """SIE 0.10.1's MuveraPostprocessor on fixed tokens (scripts/golden_muvera_sie.py wrote them)."""
+    golden = json.loads(SIE_GOLDEN.read_text())
+    items = [np.asarray(tokens, np.float32).reshape(-1, 16) for tokens in golden["tokens"]]
+    case = golden["cases"][name]
+    want = np.asarray(case[kind], np.float32)
+    got = fde(items, is_query=kind == "query", params=MuveraParams(**case["settings"]))
+    assert got.shape == want.shape
+    # SIE adds in float32 token by token, ours in float64 per cell and rounds once: a few ulps apart.
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert want.any()

@@ -6,9 +6,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sie.gpu_proc.eviction import CHECK_EVERY_S, MemoryManager
+from sie.gpu_proc.memory import CpuProbe, MemoryReading
 from sie.gpu_proc.registry import Registry
 from sie.shm.control import ControlBlock, ModelState
 
@@ -148,3 +150,26 @@ def test_out_of_memory_evicts_another_model_than_the_running_one(box: Box) -> No
     assert box.manager.evict_for_oom(running=B)
     assert box.loaded() == {B}
     assert not box.manager.evict_for_oom(running=B)  # nothing else left
+
+
+def test_a_bounded_cpu_device_counts_what_its_models_hold(box: Box) -> None:
+    """Not the process's RSS (this test process alone is far above the 100 MiB bound): the bytes
+    each loaded model holds, until its unload has freed them."""
+    probe = CpuProbe(capacity_bytes=100 * MIB, held_bytes=box.registry.held_bytes)
+    box.manager.probe = probe
+    assert probe.read() == MemoryReading(0, 100 * MIB)
+    box.load(A)
+    box.load(B)
+    assert probe.read() == MemoryReading(40 * MIB, 100 * MIB)
+    box.use(A)
+    box.load(C)  # 40 + 20 MiB would pass the 50 MiB line: B, the least recently used, goes
+    assert box.loaded() == {A, C} and probe.read().used_bytes == 40 * MIB
+    assert box.registry.try_unload(A, wait=True)
+    assert probe.read().used_bytes == 20 * MIB
+
+
+def test_an_unbounded_cpu_device_measures_its_resident_memory() -> None:
+    reading = CpuProbe(held_bytes=lambda: 1).read()
+    rss = psutil.Process().memory_info().rss
+    assert abs(reading.used_bytes - rss) < 16 * MIB
+    assert reading.capacity_bytes == pytest.approx(rss + psutil.virtual_memory().available, rel=0.05)

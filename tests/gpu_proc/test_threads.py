@@ -170,3 +170,25 @@ def test_a_thread_keeps_its_count_when_torch_first_sets_up_its_threads(
     light_done.set()
     worker.join()
     assert seen == [2]
+
+
+def test_busy_time_matches_proc_stat() -> None:
+    """The busy seconds of a CPU set equal /proc/stat's user+nice+system+irq+softirq for those CPUs."""
+    cpus = frozenset(os.sched_getaffinity(0))
+
+    def from_proc() -> float:
+        busy = 0
+        for line in Path("/proc/stat").read_text().splitlines()[1:]:
+            if not line.startswith("cpu"):
+                break
+            name, *fields = line.split()
+            if int(name[3:]) in cpus:
+                user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+                busy += user + nice + system + irq + softirq
+        return busy / os.sysconf("SC_CLK_TCK")
+
+    before = from_proc()
+    got = read_busy_s(cpus)
+    after = from_proc()
+    assert got is not None and before - 0.02 <= got <= after + 0.02, (before, got, after)
+    assert read_busy_s(frozenset({10**6})) == 0.0  # a CPU this box does not have counts nothing

@@ -8,7 +8,7 @@ import pytest
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings, token_count
 from tests.integration.server import Server
 from tests.integration.texts import assert_close, random_texts
-from tests.integration.wire import decode, dense_matrix, encode
+from tests.integration.wire import decode, dense_matrix, encode, sie_quantized
 
 pytestmark = pytest.mark.slow
 
@@ -69,24 +69,31 @@ def test_hello_matches_real_sie(minilm_server: Server) -> None:
 @pytest.mark.parametrize("dtype", ["float16", "int8", "uint8", "binary", "ubinary"])
 def test_output_dtypes_over_http(minilm_server: Server, dtype: str) -> None:
     texts = random_texts(3, 1, 120, seed=3)
+    items = {"items": [{"text": t} for t in texts]}
+    plain = dense_matrix(decode(encode(minilm_server.url, MINILM, items, as_json=False)))
     body = {"items": [{"text": t} for t in texts], "params": {"output_dtype": dtype}}
     as_msgpack = decode(encode(minilm_server.url, MINILM, body, as_json=False))
     as_json = encode(minilm_server.url, MINILM, body, as_json=True).json()
     reference = reference_embeddings(texts, minilm_dir())
+    got = np.stack([item["dense"]["values"] for item in as_msgpack["items"]])
     for i, item in enumerate(as_msgpack["items"]):
-        values = item["dense"]["values"]
         assert item["dense"]["dims"] == 384
         assert item["dense"]["dtype"] == ("binary" if dtype == "ubinary" else dtype)
-        np.testing.assert_array_equal(
-            values, np.asarray(as_json["items"][i]["dense"]["values"], values.dtype)
-        )
-        if dtype in ("binary", "ubinary"):
-            assert values.dtype == np.uint8 and values.shape == (48,)
-            np.testing.assert_array_equal(np.unpackbits(values).astype(bool), reference[i] > 0)
-        elif dtype == "float16":
-            np.testing.assert_allclose(values.astype(np.float32), reference[i], atol=1e-3)
-        elif dtype == "int8":
-            assert np.abs(values).max() == 127
+        np.testing.assert_array_equal(got[i], np.asarray(as_json["items"][i]["dense"]["values"], got.dtype))
+    if dtype == "float16":
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float32), reference, atol=1e-3)
+        return
+    # Exactly SIE's quantization of the float32 vectors this server returns for the same texts.
+    want = sie_quantized(plain, dtype)
+    assert got.dtype == want.dtype and got.shape == want.shape == (3, 48 if "binary" in dtype else 384)
+    np.testing.assert_array_equal(got, want)
+    # Within one step of the quantized reference vectors (values on a rounding boundary may differ).
+    near = sie_quantized(reference, dtype).astype(np.int32)
+    if "binary" in dtype:
+        assert (np.unpackbits(got, axis=1) != np.unpackbits(near.astype(np.uint8), axis=1)).sum() <= 2
+    else:
+        assert np.abs(got.astype(np.int32) - near).max() <= 1
 
 
 def test_query_instruction_changes_text(minilm_server: Server) -> None:

@@ -19,7 +19,7 @@ from tests import media_samples as samples
 from tests.integration.media_models import CLIP, MAX_IMAGES, SIGLIP, TEXT_ONLY
 from tests.integration.server import Server
 from tests.integration.test_sdk import SDK_PYTHON, array, ok, run_sdk
-from tests.integration.wire import decode, dense_matrix, encode
+from tests.integration.wire import decode, dense_matrix, encode, sie_quantized
 from tests.tiny_models.clip import reference_image_features, reference_text_features
 
 pytestmark = pytest.mark.slow
@@ -108,11 +108,13 @@ def test_an_item_with_several_images_gets_their_normalized_mean(media: Media) ->
 
 def test_output_dtypes_apply_to_image_vectors(media: Media) -> None:
     server, _ = media
-    body = {"items": [image_item(IMAGES[0], as_json=False)], "params": {"output_dtype": "int8"}}
-    response = encode(server.url, CLIP, body, as_json=False)
-    assert response.status_code == 200, response.text
-    values = decode(response)["items"][0]["dense"]["values"]
-    assert values.dtype == np.int8 and np.abs(values).max() == 127
+    plain = encode_ok(server.url, CLIP, [image_item(IMAGES[0], as_json=False)], as_json=False)
+    for dtype in ("int8", "uint8", "binary"):
+        body = {"items": [image_item(IMAGES[0], as_json=False)], "params": {"output_dtype": dtype}}
+        response = encode(server.url, CLIP, body, as_json=False)
+        assert response.status_code == 200, response.text
+        values = decode(response)["items"][0]["dense"]["values"]
+        np.testing.assert_array_equal(values[None], sie_quantized(plain, dtype))
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ One server for the whole module (tests run in file order; the last one stops it)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -21,14 +22,21 @@ from typing import Any
 import httpx
 import numpy as np
 import openai
+import psutil
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
+from sie.frontend.exposition import ServerCollector, Sources
+from sie.shm.control import ModelState
+from tests.integration import dashboard
 from tests.integration.balancer import tiny_models_dir
 from tests.integration.reference import reference_embeddings
 from tests.integration.server import REPO, STOP_LIMIT_S, Server, shm_names, wait_until
 from tests.integration.texts import assert_close
+from tests.metrics.blocks import made_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +45,12 @@ CACHED = "tiny/cached"  # hf_id only: found in SIE_LOCAL_CACHE
 MISSING = "tiny/missing"  # hf_id only: in no cache, and the Hub is not allowed
 ENV_TOKEN, FILE_TOKEN = "env-token-1", "file-token-2"
 SDK_PYTHON = REPO / ".venv-sdk" / "bin" / "python"
+SCRAPE_LABELS = {"instance", "job"}  # what Prometheus adds to every series it scrapes
+SAMPLE_SUFFIXES = {  # a family's sample names on the page, by its type
+    "counter": lambda name: [f"{name}_total"],
+    "gauge": lambda name: [name],
+    "histogram": lambda name: [f"{name}_bucket", f"{name}_count", f"{name}_sum"],
+}
 
 
 @dataclass
@@ -221,6 +235,90 @@ def test_metrics_show_the_whole_server(ops: Ops) -> None:
     assert metric(after, "sie_process_resident_memory_bytes", role="supervisor", index="0") > 0
     assert metric(after, "sie_process_resident_memory_bytes", role="frontend", index="0") > 0
     assert metric(after, "sie_ring_capacity_bytes", direction="request") > 0
+
+
+def test_openmetrics_page_parses_with_a_real_parser(ops: Ops) -> None:
+    accept = "application/openmetrics-text; version=1.0.0"
+    response = httpx.get(f"{ops.server.url}/metrics", headers={"accept": accept}, timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    families = list(openmetrics_families(response.text))  # raises on anything OpenMetrics does not allow
+    types = {family.name: family.type for family in families}
+    assert types["sie_requests"] == "counter" and types["sie_request_stage_seconds"] == "histogram"
+    loaded = [
+        s
+        for family in families
+        for s in family.samples
+        if s.name == "sie_model_state" and s.labels["model"] == MODEL and s.labels["state"] == "loaded"
+    ]
+    assert [s.value for s in loaded] == [1.0, 1.0]  # on both devices
+
+
+def test_every_dashboard_query_names_what_this_server_exports(ops: Ops) -> None:
+    assert encode(ops, MODEL, ["fill the request and batch series"]).status_code == 200
+    page = httpx.get(f"{ops.server.url}/metrics", timeout=30).text
+    exported = {
+        name
+        for family in text_string_to_metric_families(page)
+        for name in SAMPLE_SUFFIXES[family.type](family.name)
+    }
+    labels = collector_labels()
+    assert set(labels) <= exported  # the same collector: a family the page lacks would be a bug
+    queries = dashboard.queries(dashboard.load())
+    for query in queries:
+        for name, matched in query.selectors:
+            assert name in exported, (query.where, name)
+            assert matched <= labels[name] | SCRAPE_LABELS, (query.where, name, matched - labels[name])
+        for grouped, names in query.groupings:
+            have = set().union(*(labels[n] for n in names)) | SCRAPE_LABELS
+            assert grouped <= have, (query.where, grouped - have)
+        if query.label is not None:
+            assert query.label in labels[query.selectors[0][0]] | SCRAPE_LABELS, query
+    used = {name for query in queries for name, _ in query.selectors}
+    # What the dashboard is for: rates and stage latency, queues, batches and padding, model states
+    # and memory, device memory, restarts.
+    assert {
+        "sie_requests_total",
+        "sie_request_stage_seconds_bucket",
+        "sie_pending_items",
+        "sie_batch_size_bucket",
+        "sie_batch_padded_tokens_total",
+        "sie_model_state",
+        "sie_model_memory_bytes",
+        "sie_device_memory_used_bytes",
+        "sie_device_restarts_total",
+        "sie_frontend_restarts_total",
+    } <= used
+    titled = [p for p in dashboard.panels(dashboard.load()) if p["type"] != "row"]
+    assert len({p["id"] for p in titled}) == len(titled) and all(p.get("targets") for p in titled)
+
+
+def collector_labels() -> dict[str, set[str]]:
+    """Sample name -> its label names, from the collector over blocks where every counter counted."""
+    with made_blocks(n_devices=2, n_frontends=1, n_models=2) as blocks:
+        for key, values in blocks.stats.v.items():
+            if key not in ("header", "pci"):
+                values[...] = os.getpid() if key.endswith("pids") or key == "supervisor_pid" else 1
+        for slot in (0, 1):
+            blocks.control.set_model_state(0, slot, ModelState.LOADED)
+            blocks.control.set_model_memory(0, slot, 1 << 20)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ServerCollector(Sources(blocks.stats, blocks.control, ["a", "b"], ["cpu", "cpu"])))
+        labels: dict[str, set[str]] = {}
+        for family in registry.collect():
+            for sample in family.samples:
+                labels.setdefault(sample.name, set()).update(sample.labels)
+        return labels
+
+
+def test_tokens_never_reach_a_child_command_line(ops: Ops) -> None:
+    children = psutil.Process(ops.server.process.pid).children(recursive=True)
+    lines = {child.pid: " ".join(child.cmdline()) for child in children}
+    assert sum(" _device " in line for line in lines.values()) == 2, lines
+    assert sum(" _frontend " in line for line in lines.values()) == 1, lines
+    for token in (ENV_TOKEN, FILE_TOKEN):
+        assert not [pid for pid, line in lines.items() if token in line], (token, lines)
+    assert encode(ops, MODEL, ["x"], token=FILE_TOKEN).status_code == 200  # the frontend has them
 
 
 def test_weights_from_the_local_cache_and_no_hub_without_leave(ops: Ops) -> None:

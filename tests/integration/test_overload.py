@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sie.frontend.hostinfo import process_usage
+from sie.model_config import BUILTIN_MODELS_DIR
 from tests.integration.reference import MINILM
 from tests.integration.server import Server, wait_until
 from tests.integration.texts import random_texts
@@ -31,13 +33,28 @@ pytestmark = pytest.mark.slow
 
 QUEUE_ITEMS = 48  # --max-concurrent-requests: items queued per model before 503 QUEUE_FULL
 ITEMS = 8  # per request: six requests fill the queue
+VICTIM = "test/minilm-victim"  # MiniLM under another id: its items queue apart from the blocker's
+MINILM_YAML = "sentence-transformers__all-MiniLM-L6-v2.yaml"
 OVERLOAD_S = 20.0
 MEASURE_S = 5.0
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    started = Server("--max-concurrent-requests", str(QUEUE_ITEMS), frontends=1).wait_ready()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """MiniLM, and the same weights under a second id, whose queue depth is the victim's alone."""
+    models = tmp_path_factory.mktemp("overload")
+    description = yaml.safe_load((BUILTIN_MODELS_DIR / MINILM_YAML).read_text())
+    (models / MINILM_YAML).write_text(yaml.safe_dump(description))
+    (models / "victim.yaml").write_text(yaml.safe_dump({**description, "sie_id": VICTIM}))
+    started = Server(
+        "--models-dir",
+        str(models),
+        "--preload",
+        f"{MINILM},{VICTIM}",
+        "--max-concurrent-requests",
+        str(QUEUE_ITEMS),
+        frontends=1,
+    ).wait_ready()
     yield started
     assert started.stop() == 0, started.log()
 
@@ -195,33 +212,36 @@ def metric_sum(server: Server, name: str, **labels: str) -> float:
 
 
 def test_a_client_that_leaves_is_not_computed(server: Server) -> None:
-    cancelled = metric_sum(server, "sie_cancelled_items_total", model=MINILM)
+    cancelled = metric_sum(server, "sie_cancelled_items_total", model=VICTIM)
     computed = metric_sum(server, "sie_batch_size_sum", model=MINILM)
-    left = metric_sum(server, "sie_client_disconnects_total", model=MINILM)
+    victim_computed = metric_sum(server, "sie_batch_size_sum", model=VICTIM)
+    left = metric_sum(server, "sie_client_disconnects_total", model=VICTIM)
     blocker_body = body(seed=1, items=QUEUE_ITEMS - ITEMS, words=120)  # keeps the device busy a while
     blocker = threading.Thread(
         target=lambda: httpx.post(f"{server.url}/v1/encode/{MINILM}", json=blocker_body, timeout=120)
     )
     blocker.start()
     # Its items queued on the device, not only its request in the frontend: else the victim's items
-    # can reach the device first and run before the client leaves.
+    # can reach the device first and run before the client leaves. The device takes the group whose
+    # oldest item is oldest, so the blocker's batches all run before the victim's.
     wait_until(
         lambda: metric_sum(server, "sie_pending_items", model=MINILM) >= ITEMS, 30, "the blocker is queued"
     )
     payload = json.dumps(body(seed=2)).encode()
     victim = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     victim.sendall(
-        f"POST /v1/encode/{MINILM} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /v1/encode/{VICTIM} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(payload)}\r\n\r\n".encode()
         + payload
     )
-    wait_until(lambda: metric_sum(server, "sie_pending_items", model=MINILM) >= ITEMS, 30, "victim queued")
+    wait_until(lambda: metric_sum(server, "sie_pending_items", model=VICTIM) == ITEMS, 30, "victim queued")
     victim.close()  # the client gives up while its items wait behind the blocker
     blocker.join(120)
     wait_until(
-        lambda: metric_sum(server, "sie_cancelled_items_total", model=MINILM) - cancelled == ITEMS,
+        lambda: metric_sum(server, "sie_cancelled_items_total", model=VICTIM) - cancelled == ITEMS,
         30,
         "the victim's items are dropped",
     )
     assert metric_sum(server, "sie_batch_size_sum", model=MINILM) - computed == QUEUE_ITEMS - ITEMS
-    assert metric_sum(server, "sie_client_disconnects_total", model=MINILM) - left == 1
+    assert metric_sum(server, "sie_batch_size_sum", model=VICTIM) == victim_computed  # none of its items
+    assert metric_sum(server, "sie_client_disconnects_total", model=VICTIM) - left == 1

@@ -47,3 +47,23 @@ def decode(response: httpx.Response) -> dict[str, Any]:
 
 def dense_matrix(payload: dict[str, Any]) -> np.ndarray:
     return np.stack([np.asarray(item["dense"]["values"], np.float32) for item in payload["items"]])
+
+
+def sie_quantized(rows: np.ndarray, dtype: str) -> np.ndarray:
+    """SIE's quantizations (sie_server/core/postprocessor.py), written out here: per row, in float32.
+
+    int8: round(x / max|x| * 127); uint8: round((x - min) / (max - min) * 255); binary and ubinary:
+    one bit per value (x > 0), eight to a byte, first value in the highest bit.
+    """
+    rows = rows.astype(np.float32)
+    if dtype == "int8":
+        scale = np.abs(rows).max(axis=1, keepdims=True)
+        return np.round(rows / scale * np.float32(127)).astype(np.int8)
+    if dtype == "uint8":
+        low, high = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
+        return np.round((rows - low) / (high - low) * np.float32(255)).astype(np.uint8)
+    packed = [
+        [sum(int(row[i + bit] > 0) << (7 - bit) for bit in range(8)) for i in range(0, len(row), 8)]
+        for row in rows
+    ]
+    return np.array(packed, np.uint8)

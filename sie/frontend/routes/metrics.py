@@ -1,4 +1,4 @@
-"""GET /metrics (Prometheus text format) and GET /version."""
+"""GET /metrics (Prometheus text format, or OpenMetrics on request) and GET /version."""
 
 from __future__ import annotations
 
@@ -10,23 +10,16 @@ from prometheus_client.exposition import choose_encoder
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sie.metrics import text_format
 from sie.version import SIE_PROTOCOL_VERSION, __version__
 
 
 async def metrics(request: Request) -> Response:
     registry: CollectorRegistry = request.app.state.metrics_registry
-    # Prometheus' classic text format, or OpenMetrics when the scraper asks for it in Accept.
+    # prometheus-client picks the format the scraper's Accept asks for (text 0.0.4 by default).
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-    if content_type.startswith("text/plain"):
-        encoder, content_type = _text, text_format.CONTENT_TYPE
     # Off the event loop: a scrape reads NVML and /proc, which must not stall requests meanwhile.
     body = await asyncio.to_thread(encoder, registry)
     return Response(body, headers={"content-type": content_type})
-
-
-def _text(registry: CollectorRegistry) -> bytes:
-    return text_format.render(registry.collect())
 
 
 async def version(request: Request) -> Response:
