@@ -1,4 +1,4 @@
-"""`python -m sie catalog [DIR]`: which models a models directory serves here, and why not the rest.
+"""`python -m sie catalog [DIR|URL]`: which models a models directory serves here, and why not the rest.
 
 Reads the directory exactly as `serve` does (our YAML or SIE's), loads no weights, and prints one
 line per model id, then the totals. `--notes` adds each served model's notes (SIE fields that have
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from sie.model_config import BUILTIN_MODELS_DIR, Catalog, ModelConfigError, load_catalog
+from sie.model_config import BUILTIN_MODELS_DIR, Catalog, ModelConfigError
 
 logger = logging.getLogger("sie.catalog")
 
@@ -26,14 +26,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Read a models directory (ours or SIE's) as `serve` would and report, per model "
         "id, served or unsupported with the reason. Loads no weights.",
     )
-    parser.add_argument("models_dir", nargs="?", default=None, help=f"default: {BUILTIN_MODELS_DIR}")
+    where = f"a folder or an s3:// gs:// URL; default: {BUILTIN_MODELS_DIR}"
+    parser.add_argument("models_dir", nargs="?", default=None, help=where)
     parser.add_argument("--notes", action="store_true", help="also print each served model's notes")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
+    from sie.supervisor.catalog_source import CatalogSource  # deferred: the supervisor imports this module
+
     try:
-        catalog = load_catalog(args.models_dir)
+        catalog = CatalogSource(args.models_dir, None, watch=False).read()
     except ModelConfigError as exc:
         print(f"sie: {exc}", file=sys.stderr)
         return 2

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,6 +116,11 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # such as NuNER Zero tag each word alone); nli_zero_shot: labels scored independently by default.
     merge_adjacent_entities: bool = False
     multi_label: bool = False
+    # llm_reranker: SIE's prompt recipe (sie.frontend.llm_prompts; None: "mxbai", SIE's default;
+    # "native" also makes the device score by the folder's saved LogitScore) and the longest
+    # prompt in tokens (None: max_sequence_length).
+    input_format: Literal["mxbai", "qwen3", "native"] | None = None
+    max_seq_length: int | None = None
 
     def instruction_for(self, requested: str | None, *, is_query: bool) -> str | None:
         """The instruction a text is formatted with: the request's (even ""), else the profile's."""
@@ -202,6 +208,27 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         encode = self.tasks.encode
         return encode.dense.dim if encode and encode.dense else None
 
+    @property
+    def is_weightless(self) -> bool:
+        """Its family reads no files (SIE's fake): no weights folder, no tokenizer.json."""
+        spec = FAMILIES.get(self.family)
+        return spec is not None and spec.weightless
+
+
+def profile_variants(config: ModelConfig) -> list[ModelConfig]:
+    """`<sie_id>:<profile>` for each non-default profile, that profile as its only one (SIE's variant
+    expansion), for a family whose profiles differ at load time; [] for the others."""
+    spec = FAMILIES.get(config.family)
+    if spec is None or not spec.profile_variants:
+        return []
+    return [
+        msgspec.structs.replace(
+            config, sie_id=f"{config.sie_id}:{name}", profiles={"default": profile}, refused_profiles={}
+        )
+        for name, profile in config.profiles.items()
+        if name != config.default_profile_name
+    ]
+
 
 def parse_model_config(raw: Mapping[str, Any], source: str = "<memory>") -> ModelConfig:
     """Validate one model's mapping, resolving `extends` between profiles first.
@@ -254,23 +281,29 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
 def load_model_file(path: Path) -> ModelConfig:
     """One YAML file, in our format or SIE's (told apart by SIE's `adapter_path`)."""
     try:
-        with path.open() as fh:
-            raw = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError) as exc:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
         raise ModelConfigError(f"{path}: not readable as YAML: {exc}") from None
+    return load_model_text(text, str(path), path.parent)
+
+
+def load_model_text(text: str, source: str, folder: Path | None = None) -> ModelConfig:
+    """One model's YAML text; `folder` anchors relative LoRA paths (None: the working directory)."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ModelConfigError(f"{source}: not readable as YAML: {exc}") from None
     if not isinstance(raw, Mapping):
-        raise ModelConfigError(f"{path}: expected a mapping at the top level")
+        raise ModelConfigError(f"{source}: expected a mapping at the top level")
     from sie.sie_yaml import is_sie_format, translate  # deferred: sie_yaml imports this module
 
     if is_sie_format(raw):
-        raw = translate(raw, str(path))
-    config = parse_model_config(raw, str(path))
+        raw = translate(raw, source)
+    config = parse_model_config(raw, source)
     if not config.loras:
         return config
-    loras = {
-        name: str((path.parent / Path(folder).expanduser()).resolve())
-        for name, folder in config.loras.items()
-    }
+    base = folder or Path.cwd()
+    loras = {name: str((base / Path(p).expanduser()).resolve()) for name, p in config.loras.items()}
     return msgspec.structs.replace(config, loras=loras)
 
 
@@ -355,30 +388,44 @@ def read_models_dir(directory: Path) -> tuple[list[ModelConfig], list[Unsupporte
     """Every `*.yaml` in the directory: the models it serves, and those it cannot with the reason.
 
     One bad file never stops the rest; a second file claiming an id already taken is left out."""
+    files = sorted(directory.glob("*.yaml"))
+    return _collect((str(path), partial(load_model_file, path), None) for path in files)
+
+
+def read_model_texts(texts: Mapping[str, str]) -> tuple[list[ModelConfig], list[UnsupportedModel]]:
+    """The same for YAML texts read elsewhere (an object store), keyed by the URL each came from."""
+    return _collect((source, partial(load_model_text, text, source), text) for source, text in texts.items())
+
+
+def _collect(
+    files: Iterable[tuple[str, Callable[[], ModelConfig], str | None]],
+) -> tuple[list[ModelConfig], list[UnsupportedModel]]:
     models: dict[str, ModelConfig] = {}
     unsupported: list[UnsupportedModel] = []
-    for path in sorted(directory.glob("*.yaml")):
+    for source, load, text in files:
         try:
-            config = load_model_file(path)
+            config = load()
         except ModelConfigError as exc:
-            unsupported.append(UnsupportedModel(_declared_id(path), str(path), str(exc)))
+            unsupported.append(UnsupportedModel(_declared_id(source, text), source, str(exc)))
             continue
-        if config.sie_id in models:
-            reason = f"{path}: sie_id '{config.sie_id}' is already declared by another file"
-            unsupported.append(UnsupportedModel(config.sie_id, str(path), reason))
-            continue
-        models[config.sie_id] = config
+        for served in (config, *profile_variants(config)):
+            if served.sie_id in models:
+                reason = f"{source}: sie_id '{served.sie_id}' is already declared by another file"
+                unsupported.append(UnsupportedModel(served.sie_id, source, reason))
+                continue
+            models[served.sie_id] = served
     return list(models.values()), unsupported
 
 
-def _declared_id(path: Path) -> str:
+def _declared_id(source: str, text: str | None) -> str:
     """The sie_id a file declares, read leniently (for naming a file that failed to load)."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text if text is not None else Path(source).read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         raw = None
     declared = raw.get("sie_id") if isinstance(raw, Mapping) else None
-    return declared if isinstance(declared, str) and declared else path.stem.replace("__", "/")
+    stem = source.rsplit("/", 1)[-1].removesuffix(".yaml")
+    return declared if isinstance(declared, str) and declared else stem.replace("__", "/")
 
 
 def load_catalog(models_dir: str | Path | None = None, include: list[str] | None = None) -> Catalog:
@@ -386,7 +433,13 @@ def load_catalog(models_dir: str | Path | None = None, include: list[str] | None
     directory = Path(models_dir) if models_dir else BUILTIN_MODELS_DIR
     if not directory.is_dir():
         raise ModelConfigError(f"models directory {directory} does not exist")
-    models, unsupported = read_models_dir(directory)
+    return select_catalog(*read_models_dir(directory), include)
+
+
+def select_catalog(
+    models: list[ModelConfig], unsupported: list[UnsupportedModel], include: list[str] | None = None
+) -> Catalog:
+    """The catalog of the models read, keeping only `include` (each of which must be among them)."""
     if include:
         known = {m.sie_id for m in models} | {u.sie_id for u in unsupported}
         missing = [name for name in include if name not in known]
@@ -417,6 +470,8 @@ def resolve_weights_dir(config: ModelConfig) -> Path:
 def weights_present(config: ModelConfig) -> bool:
     """Whether the model's files are on this machine now (never downloads)."""
     weights = config.weights
+    if config.is_weightless:
+        return True
     try:
         if weights.path:
             return Path(weights.path).expanduser().is_dir()
@@ -478,8 +533,9 @@ def hf_snapshot(hf_id: str, revision: str | None) -> Path:
         if _offline():
             at = f"revision {revision}" if revision else "its main branch"
             raise ModelConfigError(
-                f"'{hf_id}' ({at}) is not in the Hugging Face cache {cache}. Start with --hf-fallback to "
-                "download it, point SIE_LOCAL_CACHE at a cache that holds it, or put it there with "
+                f"'{hf_id}' ({at}) is not in the local Hugging Face cache {cache}. Start with --hf-fallback "
+                "(SIE_HF_FALLBACK=true) to download it, point SIE_LOCAL_CACHE at a cache that holds it, or "
+                "put it there with "
                 f"`hf download {hf_id}{' --revision ' + revision if revision else ''} --cache-dir {cache}`"
             ) from None
     return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache))
@@ -495,7 +551,9 @@ DEFAULT_SPARSE_MODEL = "sie/splade-tiny"
 
 
 def preload_names(preload: list[str] | None, default_model: str, catalog: Catalog) -> list[str]:
-    """Models to load at start: the explicit list, else the default models that are served."""
+    """Models to load at start: the explicit list, else the default models that are served and whose
+    weights are here (a models directory of SIE's names MiniLM by its Hub id: without its weights in
+    the cache, preloading it would hold readiness back forever)."""
     if preload:
         refused = [
             f"{name} ({catalog.unsupported[name].reason})" for name in preload if name in catalog.unsupported
@@ -506,4 +564,5 @@ def preload_names(preload: list[str] | None, default_model: str, catalog: Catalo
         if missing:
             raise ModelConfigError(f"--preload names unknown models: {', '.join(missing)}")
         return list(preload)
-    return [name for name in dict.fromkeys((default_model, DEFAULT_SPARSE_MODEL)) if name in catalog]
+    defaults = dict.fromkeys((default_model, DEFAULT_SPARSE_MODEL))
+    return [name for name in defaults if name in catalog and weights_present(catalog.get(name))]

@@ -70,6 +70,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     default_compute_precision: Literal["float16", "bfloat16", "float32"] | None = None
     local_cache: str | None = None
     hf_fallback: bool = False
+    # Weights from object storage (sie.gpu_proc.weights) and the local disk they are copied to.
+    cluster_cache: str | None = None
+    disk_cache_enabled: bool = False
+    disk_pressure_threshold_percent: float = 85.0
+    local_cache_bytes: int | None = None
 
     def encode(self) -> str:
         # Children get this on argv, which every local user can read in /proc: never the tokens
@@ -85,9 +90,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 HELP: dict[str, str] = {
     "host": "address to listen on",
     "port": "port to listen on (0 picks a free one)",
-    "frontends": "number of HTTP frontend processes",
+    "frontends": "number of HTTP frontend processes (each tokenizes and preprocesses its own requests)",
     "device": "auto | cpu | cuda | cuda:N | cuda:0,1 (auto: every visible GPU, else one CPU device)",
-    "models_dir": "directory of model YAML files (default: the built-in models)",
+    "models_dir": "directory of model YAML files, or an s3:// gs:// file:// URL of one, read at start and "
+    "on SIGHUP (default: the built-in models)",
     "watch_models_dir": "apply YAML files added, changed or removed in the models directory while "
     "running (SIGHUP re-reads it either way)",
     "spare_model_slots": "models that may be added or changed while running before a restart is needed",
@@ -116,11 +122,12 @@ HELP: dict[str, str] = {
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",
     "max_audio_seconds": "longest audio one item may carry",
-    "media_threads": "threads per frontend that decode images and audio (more contend for the GIL)",
+    "media_threads": "threads per frontend that decode images and audio (more contend for the GIL; "
+    "SIE_IMAGE_WORKERS sets this per frontend)",
     "memory_pressure_threshold_percent": "evict the least recently used model when a device's memory "
     "use would cross this share of its capacity",
     "device_memory_bytes": "treat each device as having this many bytes (default: measured; set it to "
-    "share a GPU)",
+    "share a GPU, or to bound what the models on a CPU device hold)",
     "idle_evict_s": "unload a model unused this long (default: never; preloaded models stay)",
     "load_failure_cooldown_s": "after a failed load answer 502 this long, then retry on the next request",
     "max_loras_per_model": "LoRA adapters kept loaded per model (least recently used unloaded first)",
@@ -142,6 +149,16 @@ HELP: dict[str, str] = {
     "local_cache": "Hugging Face cache directory to find `hf_id` weights in "
     "(default: HF_HUB_CACHE, else HF_HOME/hub)",
     "hf_fallback": "true: download `hf_id` weights missing from the cache from the Hugging Face Hub",
+    "cluster_cache": "s3:// gs:// or file:// URL of a shared Hugging Face cache (models--ORG--NAME/"
+    "snapshots/REV/...): `hf_id` weights missing locally are copied from it before the Hub is asked; "
+    "credentials from each SDK's usual chain (pip install 'sie[cloud]')",
+    "disk_cache_enabled": "true: the local cache is the server's to manage: before a copy from the cluster "
+    "cache, delete the least recently used cached models (not loaded, not preloaded) to stay under "
+    "--disk-pressure-threshold-percent",
+    "disk_pressure_threshold_percent": "share of the local cache's disk a copy may fill up to when the "
+    "disk cache is enabled",
+    "local_cache_bytes": "treat the local cache as a disk of this many bytes, its own files the only "
+    "use (default: the real disk's size and use)",
 }
 
 _LIST_FIELDS = {"models", "preload", "auth_tokens"}
@@ -217,6 +234,10 @@ def _validate(settings: Settings) -> None:
         raise ValueError("device_stall_s and max_loras_per_model must be positive")
     if settings.max_batch_tokens is not None and settings.max_batch_tokens < 1:
         raise ValueError("max_batch_tokens must be positive")
+    if not 0 < settings.disk_pressure_threshold_percent <= 100:
+        raise ValueError("disk_pressure_threshold_percent must be in (0, 100]")
+    if settings.local_cache_bytes is not None and settings.local_cache_bytes < 1:
+        raise ValueError("local_cache_bytes must be positive")
 
 
 def available_cores() -> int:

@@ -4,7 +4,7 @@ Three tables, each entry with its reason:
 - ALIASES: SIE's name for one of our settings (`SIE_MODEL_FILTER` is our `--models`). Our own
   `SIE_<FIELD>` name wins when both are set; a flag wins over both.
 - REJECTED: SIE settings for machinery this server does not have (the queue-mode sidecar, NATS,
-  the gateway, cloud caches). Starting anyway would silently serve differently, so start-up stops
+  the gateway). Starting anyway would silently serve differently, so start-up stops
   and says why.
 - SATISFIED: SIE settings whose purpose holds here without doing anything; accepted, logged once.
 Any other `SIE_*` variable is not ours: a warning at start-up names it (and the nearest real one).
@@ -31,6 +31,10 @@ ALIASES: dict[str, list[tuple[str, Callable[[str], str]]]] = {
     "auth_tokens": [("SIE_AUTH_TOKEN", str)],
     "log_format": [("SIE_LOG_JSON", _log_json)],
     "torch_threads": [("SIE_TORCH_NUM_THREADS", str)],
+    # SIE's tokenizing/preprocessing pool is our frontend processes (each preprocesses its own
+    # requests); its image pool is our image-decoding threads, which each frontend has.
+    "frontends": [("SIE_PREPROCESSOR_WORKERS", str)],
+    "media_threads": [("SIE_IMAGE_WORKERS", str)],
 }
 
 _NO_QUEUE = (
@@ -50,7 +54,6 @@ REJECTED: dict[str, str] = {
     "SIE_POOL": "gateway worker pools: " + _NO_GATEWAY,
     "SIE_MACHINE_PROFILE": "gateway machine profiles: " + _NO_GATEWAY,
     "SIE_THRESHOLD_ROUTING_ENABLED": "gateway routing: " + _NO_GATEWAY,
-    "SIE_CLUSTER_CACHE": "a cloud-storage weight cache is not supported: use SIE_LOCAL_CACHE or weights.path",
     "SIE_UPSTREAMS_FILE": "remote (upstream) profiles are not supported: every model runs on this box",
     "SIE_REMOTE_SERVING": "remote (upstream) profiles are not supported: every model runs on this box",
     "SIE_BUNDLE": "bundles are not supported: serve a models directory (SIE_MODELS_DIR, SIE_MODEL_FILTER)",

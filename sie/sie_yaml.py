@@ -29,6 +29,8 @@ class AdapterRule:
     refusal: str = ""
     # SIE's adapter runs the model folder's own code unless the YAML says `trust_remote_code: false`.
     runs_model_code: bool = False
+    # Runtime options the adapter class itself implies (its prompt recipe), before the YAML's own.
+    runtime: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _family(name: str, *, runs_model_code: bool = False) -> AdapterRule:
@@ -68,6 +70,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "NLIClassificationFlashAdapter": _family("nli_zero_shot"),
     "NLIClassificationAdapter": _family("nli_zero_shot"),
     "GLiNERAdapter": _family("gliner"),
+    "GLiClassAdapter": _family("gliclass"),
     "CLIPAdapter": _family("clip"),
     "SiglipAdapter": _family("clip"),
     "Owlv2Adapter": _family("owlv2"),
@@ -77,7 +80,6 @@ ADAPTERS: dict[str, AdapterRule] = {
     ),
     "PrivacyFilterAdapter": _refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
     # Families this server does not have.
-    "GLiClassAdapter": _refused("zero-shot classification with GLiClass is not served here yet"),
     "GLiNERBiAdapter": _refused("the GLiNER bi-encoder is not served here yet"),
     "GLiNERUnionAdapter": _refused("the windowed union of two GLiNER models is not served here"),
     "GLiNER2Adapter": _refused("GLiNER2 is not served here yet"),
@@ -86,8 +88,8 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GLiNER2DecideAdapter": _refused("GLiNER2 is not served here yet"),
     "GLiRELAdapter": _refused("relation extraction (GLiREL) is not served here"),
     "GLiFormerAdapter": _refused("GLiFormer is not served here"),
-    "Qwen2FlashCrossEncoderAdapter": _refused("LLM rerankers (yes/no logits) are not served here yet"),
-    "NativeCausalCrossEncoderAdapter": _refused("LLM rerankers (yes/no logits) are not served here yet"),
+    "Qwen2FlashCrossEncoderAdapter": _family("llm_reranker"),
+    "NativeCausalCrossEncoderAdapter": AdapterRule("llm_reranker", runtime={"input_format": "native"}),
     "Qwen3VLRerankerAdapter": _refused("vision-language rerankers are not served here"),
     "ColPaliAdapter": _refused("visual-document retrieval (ColPali) is not served here yet"),
     "ColQwen2Adapter": _refused("visual-document retrieval (ColQwen2) is not served here yet"),
@@ -101,7 +103,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "Sam3Adapter": _refused("segmentation (SAM 3) is not served here"),
     "ParakeetTDTAdapter": _refused("NeMo Parakeet speech recognition is not served here"),
     "StablebridgePrunerAdapter": _refused("context pruning is not served here"),
-    "FakeAdapter": _refused("SIE's fake engine is not served here"),
+    "FakeAdapter": _family("fake"),
     "DoclingAdapter": _refused("document conversion (Docling) is not served here"),
     "DonutAdapter": _refused("OCR-free document understanding (Donut) is not served here"),
     "Florence2Adapter": _refused("Florence-2 vision tasks are not served here"),
@@ -140,6 +142,7 @@ _ENGINE_KNOBS = frozenset(
         "max_concurrent_dispatch",
         "native_batch_max_size",
         "native_batch_max_tokens",
+        "modernbert_flash",
     }
 )
 _PROFILE_ENGINE_KNOBS = frozenset({"adaptive_batching", "admission_enabled", "kv_budget_tokens"})
@@ -150,6 +153,14 @@ _COLBERT_LOADTIME_TO_RUNTIME = {
     "query_max_length": "query_length",
     "doc_max_length": "document_length",
     "query_expansion": "do_query_expansion",
+}
+# The fake's load-time options read by its adapter (sie.gpu_proc.adapters.fake), and those without
+# effect here, with why.
+_FAKE_LOADTIME = frozenset({"memory_footprint_bytes", "fault_key", "faults", "request_latency_s"})
+_FAKE_NOTED = {
+    "default_completion_tokens": "is for generation, not served here",
+    "inter_token_latency_s": "is for generation, not served here",
+    "synthetic_usage": "has no effect: usage here always counts one token per code point",
 }
 _MUVERA_KEYS = frozenset(
     {"num_repetitions", "num_simhash_projections", "projection_dim", "final_projection_dim", "center_tokens"}
@@ -179,6 +190,8 @@ class _Model:
 
     source: str
     sie_id: str
+    # SIE's fake engine: package-backed with nothing in the package, and its generate task left aside.
+    is_fake: bool = False
     notes: list[str] = field(default_factory=list)
     refused_profiles: dict[str, str] = field(default_factory=dict)
 
@@ -190,7 +203,7 @@ def translate(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     sie_id = raw.get("sie_id")
     if not isinstance(sie_id, str) or not sie_id:
         raise ModelConfigError(f"{source}: sie_id is missing")
-    model = _Model(source, sie_id)
+    model = _Model(source, sie_id, is_fake=_is_fake(raw))
     try:
         top = _top_level(raw, model)
     except Refused as exc:
@@ -213,6 +226,14 @@ def translate(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     _check_outputs(profiles, top)
     notes = [*model.notes, *(f"profile '{n}' left out: {r}" for n, r in model.refused_profiles.items())]
     return {**top, "profiles": profiles, "notes": notes, "refused_profiles": model.refused_profiles}
+
+
+def _is_fake(raw: Mapping[str, Any]) -> bool:
+    profiles = raw.get("profiles")
+    return isinstance(profiles, Mapping) and any(
+        isinstance(p, Mapping) and adapter_class(str(p.get("adapter_path", ""))) == "FakeAdapter"
+        for p in profiles.values()
+    )
 
 
 def _top_level(raw: Mapping[str, Any], model: _Model) -> dict[str, Any]:
@@ -250,7 +271,9 @@ def _inputs(out: dict[str, Any], value: Any, model: _Model) -> None:
 def _tasks(out: dict[str, Any], value: Any, model: _Model) -> None:
     tasks = dict(value or {})
     if tasks.pop("generate", None) is not None:
-        raise Refused(f"tasks.generate: {_NO_GENERATION}")
+        if not model.is_fake:
+            raise Refused(f"tasks.generate: {_NO_GENERATION}")
+        model.notes.append(f"tasks.generate: {_NO_GENERATION}; the fake's encode and score are")
     encode = {k: v for k, v in (tasks.get("encode") or {}).items() if v is not None}
     out["tasks"] = {
         "encode": encode or None,
@@ -260,7 +283,7 @@ def _tasks(out: dict[str, Any], value: Any, model: _Model) -> None:
 
 
 def _package_backed(out: dict[str, Any], value: Any, model: _Model) -> None:
-    if value:
+    if value and not model.is_fake:  # the fake's package holds no weights; it needs none
         raise Refused("package_backed: weights inside SIE's own Python package are not available here")
 
 
@@ -327,7 +350,7 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
         else:
             raise Refused(f"'{key}' ({_NO_GENERATION} or unknown to this server)")
     options = profile.get("adapter_options") or {}
-    runtime: dict[str, Any] = {}
+    runtime: dict[str, Any] = dict(rule.runtime)
     loadtime: dict[str, Any] = {"trust_remote_code": True} if rule.runs_model_code else {}
     _loadtime(options.get("loadtime") or {}, rule.family, runtime, loadtime, model, name)
     if not loadtime.get("trust_remote_code", True):
@@ -366,8 +389,18 @@ def _loadtime(
             runtime.setdefault("default_instruction", value)
         elif family == "colbert" and _colbert_loadtime(key, value, runtime):
             continue
+        elif family == "llm_reranker" and key in _LLM_RERANKER_TUNING:
+            model.notes.append(f"profile '{profile}': loadtime.{key} is SIE engine tuning, no effect here")
+        elif family == "llm_reranker" and _llm_reranker_loadtime(key, value, runtime, loadtime):
+            continue
         elif key == "score_threshold" and family == "owlv2":
             runtime.setdefault("threshold", value)
+        elif family == "fake" and key in _FAKE_LOADTIME:
+            loadtime[key] = value
+        elif family == "fake" and key in _FAKE_NOTED:
+            model.notes.append(f"profile '{profile}': loadtime.{key} {_FAKE_NOTED[key]}")
+        elif key == "classification_type" and family == "gliclass":
+            runtime.setdefault("multi_label", _is_multi_label(value))
         elif key == "normalize" and family in _TEXT_ENCODERS:
             runtime.setdefault("normalize", bool(value))
         else:
@@ -399,6 +432,40 @@ def _colbert_loadtime(key: str, value: Any, runtime: dict[str, Any]) -> bool:
     return True
 
 
+# SIE's Qwen2FlashCrossEncoderAdapter options: the score tokens and how they make a score (the
+# device's, at load) and the prompt recipe and its length (the frontend's, per profile).
+_LLM_RERANKER_FORMATS = ("mxbai", "qwen3")
+_LLM_RERANKER_SCORE_MODES = ("logit_diff", "log_softmax")
+# Shared-prefix encoding across rows and requests: the same scores up to floating-point rounding.
+_LLM_RERANKER_TUNING = frozenset({"prefix_reuse", "prefix_cache_mb"})
+
+
+def _llm_reranker_loadtime(key: str, value: Any, runtime: dict[str, Any], loadtime: dict[str, Any]) -> bool:
+    if key in ("yes_token", "no_token"):
+        loadtime[key] = str(value)
+    elif key == "score_mode":
+        loadtime[key] = _one_of(key, value, _LLM_RERANKER_SCORE_MODES)
+    elif key == "input_format":
+        runtime[key] = _one_of(key, value, _LLM_RERANKER_FORMATS)
+    elif key == "max_seq_length":
+        runtime["max_seq_length"] = _positive_length(value)
+    else:
+        return False
+    return True
+
+
+def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise Refused(f"loadtime.{key} '{value}' is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _positive_length(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise Refused(f"max_seq_length {value!r} is not a positive integer")
+    return value
+
+
 # SIE runtime keys copied under the same name, and those renamed.
 _RUNTIME_SAME = frozenset(
     {
@@ -425,10 +492,14 @@ def _runtime(given: Mapping[str, Any], family: str, runtime: dict[str, Any]) -> 
             runtime[key] = value
         elif family == "colbert" and key in _RUNTIME_COLBERT:
             runtime[_RUNTIME_COLBERT[key]] = value
+        elif key == "max_seq_length" and family == "llm_reranker":
+            runtime["max_seq_length"] = _positive_length(value)
         elif key == "multi_label" and family == "nli_zero_shot":
             runtime["multi_label"] = bool(value)
         elif key == "merge_adjacent_entities" and family == "gliner":
             runtime["merge_adjacent_entities"] = bool(value)
+        elif key == "classification_type" and family == "gliclass":
+            runtime["multi_label"] = _is_multi_label(value)
         elif key == "score_threshold" and family == "owlv2":
             runtime["threshold"] = value
         elif key == "lora_id":
@@ -438,6 +509,13 @@ def _runtime(given: Mapping[str, Any], family: str, runtime: dict[str, Any]) -> 
             )
         else:
             raise Refused(f"runtime.{key} is not supported for the {family} family")
+
+
+def _is_multi_label(value: Any) -> bool:
+    """GLiClass's classification_type: the default of a request's `options.classification_type`."""
+    if value not in ("single-label", "multi-label"):
+        raise Refused(f"classification_type {value!r} is not 'single-label' or 'multi-label'")
+    return bool(value == "multi-label")
 
 
 def _pooling(value: Any, family: str) -> str:

@@ -17,8 +17,11 @@ from tests.tiny_models.clip import model_yaml_clip
 from tests.tiny_models.colbert import model_yaml_colbert
 from tests.tiny_models.cross_encoder import model_yaml_cross_encoder
 from tests.tiny_models.dense import model_yaml_dense
+from tests.tiny_models.fake import model_yaml_fake
+from tests.tiny_models.gliclass import model_yaml_gliclass
 from tests.tiny_models.gliner import model_yaml_gliner
 from tests.tiny_models.hybrid import model_yaml_hybrid
+from tests.tiny_models.llm_reranker import model_yaml_llm_reranker
 from tests.tiny_models.nli import model_yaml_nli
 from tests.tiny_models.owlv2 import model_yaml_owlv2
 from tests.tiny_models.splade import model_yaml_splade
@@ -35,12 +38,15 @@ TINY_MODEL_YAMLS = [
     model_yaml_colbert("tiny/colbert", NOWHERE),
     model_yaml_hybrid("tiny/hybrid", NOWHERE),
     model_yaml_cross_encoder("tiny/cross-encoder", NOWHERE),
+    model_yaml_llm_reranker("tiny/llm-reranker", NOWHERE),
     model_yaml_nli("tiny/nli", NOWHERE),
     model_yaml_token_classification("tiny/ner", NOWHERE),
     model_yaml_gliner("tiny/gliner", NOWHERE),
+    model_yaml_gliclass("tiny/gliclass", NOWHERE),
     model_yaml_clip("tiny/clip", NOWHERE),
     model_yaml_owlv2("tiny/owlv2", NOWHERE),
     model_yaml_whisper("tiny/whisper", NOWHERE),
+    model_yaml_fake("tiny/fake", NOWHERE),
 ]
 
 
@@ -77,6 +83,8 @@ def test_spec_is_consistent(family: Family) -> None:
         assert family.serves_extract
     if family.score == "maxsim":  # MaxSim compares token matrices
         assert "multivector" in family.encodes
+    if family.score_tokenization == "llm_prompt":  # a prompt per (query, item) pair
+        assert family.score == "pairs"
     # An image family must know how to process images whose config names no processor.
     assert ("image" in family.inputs) == (family.media_kind is not None)
     assert family.media_kind is None or family.media_kind in get_args(ImageKind)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sie.model_config import (
     DEFAULT_SPARSE_MODEL,
@@ -11,6 +12,7 @@ from sie.model_config import (
     load_catalog,
     parse_model_config,
     preload_names,
+    read_models_dir,
     resolve_tokenizer_file,
     resolve_weights_dir,
     weights_present,
@@ -159,3 +161,36 @@ def test_family_capabilities(family: str, outputs: dict | None, scores: bool, ex
     tasks = {"encode": outputs} if outputs else {"extract": {}}
     config = parse_model_config({"sie_id": "m", "tasks": tasks, "adapter": family})
     assert (config.supports_score(), config.supports_extract()) == (scores, extracts)
+
+
+def test_a_fake_models_other_profiles_are_models_of_their_own(tmp_path: Path) -> None:
+    fake = {
+        "sie_id": "f",
+        "profiles": {
+            "default": {"adapter": "fake"},
+            "slow": {"extends": "default", "adapter_options": {"loadtime": {"faults": {"slow_load_s": 1}}}},
+        },
+    }
+    dense = {"sie_id": "d", "weights": {"path": "/x"}, "profiles": {"default": {}, "other": {}}}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(fake))
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(dense))
+    models, unsupported = read_models_dir(tmp_path)
+    by_id = {m.sie_id: m for m in models}
+    assert sorted(by_id) == ["d", "f", "f:slow"] and not unsupported  # profiles of one loaded model
+    assert list(by_id["f:slow"].profiles) == ["default"]
+    assert by_id["f:slow"].profile().adapter_options.loadtime == {"faults": {"slow_load_s": 1}}
+    assert set(by_id["f"].profiles) == {"default", "slow"}  # the base still takes options.profile
+    assert by_id["f"].is_weightless and weights_present(by_id["f:slow"]) and not by_id["d"].is_weightless
+
+
+def test_default_preload_skips_default_models_whose_weights_are_absent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SIE's own directory names MiniLM by its Hub id; with an empty cache it is served on demand
+    # (and fails then, with the reason), not preloaded, so the server still becomes ready.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "m.yaml").write_text(f"sie_id: {DEFAULT_MODEL}\nhf_id: {DEFAULT_MODEL}\n")
+    catalog = load_catalog(tmp_path)
+    assert preload_names(None, DEFAULT_MODEL, catalog) == []
+    assert preload_names([DEFAULT_MODEL], DEFAULT_MODEL, catalog) == [DEFAULT_MODEL]  # asked for: tried

@@ -32,6 +32,12 @@ from sie.settings_compat import ALIASES
         ({"SIE_HF_FALLBACK": "on"}, "hf_fallback", True),
         ({"SIE_TRACING_ENABLED": "1"}, "tracing_enabled", True),
         ({"SIE_AUTH_TOKENS": "a,b"}, "auth_tokens", ["a", "b"]),
+        ({"SIE_PREPROCESSOR_WORKERS": "4"}, "frontends", 4),
+        ({"SIE_IMAGE_WORKERS": "3"}, "media_threads", 3),
+        ({"SIE_CLUSTER_CACHE": "s3://bucket/weights"}, "cluster_cache", "s3://bucket/weights"),
+        ({"SIE_DISK_CACHE_ENABLED": "true"}, "disk_cache_enabled", True),
+        ({"SIE_DISK_PRESSURE_THRESHOLD_PERCENT": "70"}, "disk_pressure_threshold_percent", 70.0),
+        ({"SIE_MODELS_DIR": "gs://bucket/models/"}, "models_dir", "gs://bucket/models/"),
     ],
 )
 def test_sie_names_set_our_settings(environ: dict[str, str], field: str, expected: object) -> None:
@@ -52,7 +58,6 @@ def test_our_name_beats_sies_and_a_flag_beats_both() -> None:
         ("SIE_NATS_URL", "NATS"),
         ("SIE_GATEWAY_STATIC_QUEUE_POOLS", "gateway"),
         ("SIE_POOL", "gateway"),
-        ("SIE_CLUSTER_CACHE", "SIE_LOCAL_CACHE"),
         ("SIE_METRICS_ENABLED", "/metrics"),
     ],
 )

@@ -125,7 +125,7 @@ def test_engine_knobs_are_noted_not_ignored() -> None:
 @pytest.mark.parametrize(
     ("profile", "named"),
     [
-        ({"adapter_path": "x.y:GLiClassAdapter"}, "GLiClassAdapter"),
+        ({"adapter_path": "x.y:GLiNER2Adapter"}, "GLiNER2Adapter"),
         ({"adapter_path": "x.y:SomethingNewAdapter"}, "SomethingNewAdapter"),
         (
             {"adapter_path": BERT, "adapter_options": {"loadtime": {"forward_kwargs": {"is_causal": False}}}},
@@ -140,6 +140,33 @@ def test_engine_knobs_are_noted_not_ignored() -> None:
 def test_a_refused_default_profile_makes_the_model_unsupported(profile: dict[str, Any], named: str) -> None:
     with pytest.raises(ModelConfigError, match=named):
         translate(_sie({"default": profile}), "test.yaml")
+
+
+def test_gliclass_classification_type_is_the_default_a_request_can_override() -> None:
+    gliclass = "sie_server.adapters.gliclass:GLiClassAdapter"
+    loadtime = {"classification_type": "single-label", "cuda_graphs": "bucketed", "modernbert_flash": True}
+    raw = _sie(
+        {
+            "default": {
+                "adapter_path": gliclass,
+                "adapter_options": {"loadtime": loadtime, "runtime": {"threshold": 0.0}},
+            },
+            "multi-label": {
+                "extends": "default",
+                "adapter_options": {"runtime": {"classification_type": "multi-label", "threshold": 0.2}},
+            },
+        },
+        tasks={"encode": None, "score": None, "extract": {}},
+    )
+    config = _config(raw)
+    default, multi = (config.profiles[name].adapter_options.runtime for name in ("default", "multi-label"))
+    assert config.profile().adapter == "gliclass" and config.supports_extract()
+    assert (default.multi_label, default.threshold) == (False, 0.0)
+    assert (multi.multi_label, multi.threshold) == (True, 0.2)
+    assert any("modernbert_flash" in note for note in config.notes)
+    raw["profiles"]["default"]["adapter_options"]["loadtime"]["classification_type"] = "multi"
+    with pytest.raises(ModelConfigError, match="classification_type"):
+        translate(raw, "test.yaml")
 
 
 def test_a_refused_other_profile_is_left_out_with_its_reason() -> None:
@@ -225,19 +252,19 @@ def test_one_bad_file_never_stops_the_directory(tmp_path: Path) -> None:
     good = _sie({"default": {"adapter_path": BERT}})
     (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
     (tmp_path / "cut.yaml").write_text("sie_id: org/cut\nprofiles: {default: {adapter_path: [")
-    (tmp_path / "gliclass.yaml").write_text(
-        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:GLiClassAdapter"}}, sie_id="org/gliclass"))
+    (tmp_path / "gliner2.yaml").write_text(
+        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:GLiNER2Adapter"}}, sie_id="org/gliner2"))
     )
     (tmp_path / "twin.yaml").write_text(yaml.safe_dump(good))
     models, unsupported = read_models_dir(tmp_path)
     assert [m.sie_id for m in models] == ["org/model"]
     reasons = {u.sie_id: u.reason for u in unsupported}
     # A file that is not YAML at all is named after the file (SIE's `org__name.yaml` -> `org/name`).
-    assert set(reasons) == {"cut", "org/gliclass", "org/model"}
-    assert "YAML" in reasons["cut"] and "GLiClass" in reasons["org/gliclass"]
+    assert set(reasons) == {"cut", "org/gliner2", "org/model"}
+    assert "YAML" in reasons["cut"] and "GLiNER2" in reasons["org/gliner2"]
     assert "already declared" in reasons["org/model"]
     catalog = load_catalog(tmp_path)
-    assert catalog.names() == ["org/model"] and set(catalog.unsupported) == {"cut", "org/gliclass"}
+    assert catalog.names() == ["org/model"] and set(catalog.unsupported) == {"cut", "org/gliner2"}
     assert text_lines(catalog)[-1] == "1 served, 2 unsupported, 3 in all"
 
 
@@ -255,11 +282,16 @@ def _sie_catalog() -> Catalog:
 def test_sie_catalog_reads_whole() -> None:
     # SIE 0.10.1's own directory: every file is read, and each one is served or has a named reason.
     catalog = _sie_catalog()
-    assert len(catalog) + len(catalog.unsupported) == len(list(SIE_CATALOG.glob("*.yaml"))) == 213
+    variants = [name for name in catalog.names() if name.startswith("sie-fake:")]  # one file, 5 models
+    assert (
+        len(catalog) - len(variants) + len(catalog.unsupported)
+        == len(list(SIE_CATALOG.glob("*.yaml")))
+        == 213
+    )
     assert len(catalog) >= 80
     for model_id in ("BAAI/bge-m3", "Qwen/Qwen3-Embedding-0.6B", "cross-encoder/ms-marco-MiniLM-L-6-v2"):
         assert model_id in catalog
-    assert "GLiClassAdapter" in catalog.unsupported["knowledgator/gliclass-small-v1.0"].reason
+    assert catalog.get("knowledgator/gliclass-small-v1.0").profile().adapter == "gliclass"
     assert "generation" in catalog.unsupported["Qwen/Qwen3-0.6B"].reason
     qwen = catalog.get("Qwen/Qwen3-Embedding-0.6B").profile().adapter_options.runtime
     assert qwen.pooling == "last"
@@ -283,3 +315,36 @@ def test_builtin_catalog_serves_what_sie_catalog_serves() -> None:
             assert ours.profile().adapter_options.runtime == model.profile().adapter_options.runtime, (
                 model.sie_id
             )
+
+
+def test_sie_fake_is_served_with_each_profile_a_model_of_its_own() -> None:
+    catalog = _sie_catalog()
+    base = catalog.get("sie-fake")
+    assert base.family == "fake" and base.is_weightless and base.dense_dim() == 384
+    assert set(base.profiles) == {"default", "small-a", "small-b", "slow-load", "oom-3rd"}
+    assert any("tasks.generate" in note for note in base.notes)  # left aside, not a refusal
+    oom = catalog.get("sie-fake:oom-3rd")
+    assert set(oom.profiles) == {"default"}
+    assert oom.profile().adapter_options.loadtime == {
+        "memory_footprint_bytes": 67108864,
+        "fault_key": "sie-fake:oom-3rd",
+        "faults": {"oom_on_dispatch": 3},
+    }
+    assert catalog.get("sie-fake:slow-load").profile().adapter_options.loadtime["faults"] == {
+        "slow_load_s": 5.0
+    }
+
+
+def test_package_backed_and_generate_stay_refused_for_real_models() -> None:
+    with pytest.raises(ModelConfigError, match="package_backed"):
+        translate(_sie({"default": {"adapter_path": BERT}}, package_backed=True), "test.yaml")
+    fake = "sie_server.adapters.fake.adapter:FakeAdapter"
+    loadtime = {"fault_key": "f", "synthetic_usage": True, "faults": {"slow_load_s": 1}}
+    config = _config(
+        _sie(
+            {"default": {"adapter_path": fake, "adapter_options": {"loadtime": loadtime}}},
+            package_backed=True,
+        )
+    )
+    assert config.profile().adapter_options.loadtime == {"fault_key": "f", "faults": {"slow_load_s": 1}}
+    assert any("synthetic_usage" in note for note in config.notes)

@@ -19,12 +19,15 @@ _SPEC_MODULES = (
     "colbert",
     "hybrid",
     "cross_encoder",
+    "llm_reranker",
     "nli_zero_shot",
     "token_classification",
     "gliner",
+    "gliclass",
     "clip",
     "owlv2",
     "whisper",
+    "fake",
 )
 
 

@@ -23,6 +23,10 @@ ScoreMethod = Literal["pairs", "maxsim"]
 # How the frontend tokenizes encode items: the model's tokenizer as is, or ColBERT's markers,
 # query expansion and skiplist (sie.frontend.colbert).
 EncodeTokenization = Literal["plain", "colbert"]
+# How the frontend turns a score request's (query, item) pairs into token ids: the tokenizer's pair
+# encoding (cross-encoders), or an LLM reranker's prompt (sie.frontend.llm_prompts), which also
+# carries the request's instruction.
+ScoreTokenization = Literal["pairs", "llm_prompt"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +44,15 @@ class Family:
     # since it would only split batches of queries and documents that could run together.
     device_reads_is_query: bool = False
     encode_tokenization: EncodeTokenization = "plain"
+    score_tokenization: ScoreTokenization = "pairs"
     # Image processing used when the model's preprocessor config names no processor type.
     media_kind: ImageKind | None = None
+    # Its models have no files (no weights folder, no tokenizer.json): text is tokenized as Unicode
+    # code points and the adapter computes from the ids alone (SIE's fake engine).
+    weightless: bool = False
+    # Each non-default profile is also served as a model of its own, `<sie_id>:<profile>`, with its
+    # own loaded instance (SIE's variant expansion): its profiles differ at load time.
+    profile_variants: bool = False
 
     @property
     def serves_extract(self) -> bool:

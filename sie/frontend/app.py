@@ -29,6 +29,7 @@ ROUTES = [
     Route("/v1/extract/{model:path}", extract.extract_route, methods=["POST"]),
     Route("/v1/embeddings", openai.embeddings, methods=["POST"]),
     Route("/v1/rerank", score.rerank, methods=["POST"]),
+    Route("/v2/rerank", score.rerank_v2, methods=["POST"]),
     Route("/v1/models", models.list_models, methods=["GET"]),
     Route("/v1/models/{model:path}", models.get_model, methods=["GET"]),
     Route("/healthz", health.live, methods=["GET"]),

@@ -118,7 +118,8 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         ],
     )
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
-        state.tokenizers.get(catalog.models[slot])
+        if weights_present(catalog.models[slot]):  # else a device copies them first (a cluster cache)
+            state.tokenizers.get(catalog.models[slot])
     # Only for image models whose weights are here: a built-in catalog entry never downloaded costs nothing.
     if any("image" in config.input_kinds() and weights_present(config) for config in catalog.active_models()):
         state.media.start(resample.warm)  # compile the resize loops now, not on the first image

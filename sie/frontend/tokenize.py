@@ -112,6 +112,17 @@ class TextTokenizer:
         ]
         return _flatten(encodings, keep_types=True)
 
+    def head_ids(self, texts: Sequence[str], keep: int) -> list[list[int]]:
+        """Each text's first `keep` token ids, without special tokens and whatever `max_length` is:
+        pieces of a prompt the caller joins. A long text is tokenized only as far as it needs."""
+        limit = self._char_budget
+        short = [text for text in texts if len(text) <= limit]
+        encoded = iter(self._probe.encode_batch_fast(short, add_special_tokens=False))
+        return [
+            next(encoded).ids[:keep] if len(text) <= limit else self._head(text, keep).encoding.ids[:keep]
+            for text in texts
+        ]
+
     def _cut(self, text: str, keep: int) -> tuple[str, Encoding | None, int]:
         """The shortest character cut of `text` whose complete words give at least `keep` tokens.
 
@@ -325,8 +336,12 @@ class TokenizerCache:
 
 
 def _load(config: ModelConfig) -> TextTokenizer:
-    path = resolve_tokenizer_file(config)
     max_length = config.max_sequence_length or DEFAULT_MAX_LENGTH
+    if config.is_weightless:  # no tokenizer.json: code points (encode and encode_pairs, what it serves)
+        from sie.frontend.code_points import CodePointTokenizer  # deferred: it imports this module
+
+        return CodePointTokenizer(max_length)  # type: ignore[return-value]
+    path = resolve_tokenizer_file(config)
     if not config.profile().adapter_options.loadtime.get("append_eos"):
         return TextTokenizer(path, max_length)
     eos = eos_token_id(path.parent, Tokenizer.from_file(str(path)))

@@ -105,6 +105,25 @@ class RerankRequest(msgspec.Struct, forbid_unknown_fields=True):
     options: dict[str, Any] | None = None
 
 
+class RerankDocument(msgspec.Struct):
+    text: str
+
+
+class RerankV2Request(msgspec.Struct):
+    """Cohere's v2 `/v2/rerank` body (what `cohere.ClientV2.rerank` posts): documents are strings
+    or `{"text": ...}`. Unknown fields are accepted, as newer clients add them."""
+
+    model: str
+    query: str
+    documents: list[str | RerankDocument]
+    top_n: int | None = None
+    return_documents: bool = False
+    max_tokens_per_doc: int | None = None
+    relevant_spans: Any = None
+    priority: int | None = None  # a scheduling hint; every request here is served in arrival order
+    options: dict[str, Any] | None = None
+
+
 class EmbeddingsRequest(msgspec.Struct):
     """The OpenAI `/v1/embeddings` body."""
 

@@ -20,6 +20,7 @@ from sie.gpu_proc.memory import probe_for
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
 from sie.gpu_proc.threads import ThreadPolicy
+from sie.gpu_proc.weights import cluster_weights
 from sie.logs import configure_logging
 from sie.model_config import Catalog
 from sie.settings import Settings, available_cores
@@ -110,7 +111,8 @@ def keep_models(
     batcher: Batcher,
 ) -> tuple[Registry, MemoryManager]:
     """The registry of this device's models and the memory manager that decides what goes."""
-    probe = probe_for(spec.device, settings.device_memory_bytes)
+    # A bound on a CPU device counts what the models hold (read from the registry made just below).
+    probe = probe_for(spec.device, settings.device_memory_bytes, held_bytes=lambda: registry.held_bytes())
     registry = Registry(
         catalog,
         control,
@@ -133,4 +135,8 @@ def keep_models(
         is_queued=lambda slot: batcher.pending_items(slot) > 0,
     )
     registry.before_load = memory.make_room
+    if settings.cluster_cache:
+        source = cluster_weights(settings, lambda: registry.catalog, control, spec.preload_slots)
+        registry.weights = source.open
+        registry.on_loader(source.cluster.connect)
     return registry, memory

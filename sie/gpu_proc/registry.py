@@ -24,6 +24,7 @@ from torch.nn import Module
 
 from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.lora import LoraMissing, LoraSet
+from sie.gpu_proc.weights import local_weights
 from sie.model_config import Catalog, ModelConfig, resolve_weights_dir
 from sie.shm.control import ControlBlock, ModelState
 from sie.shm.layout import Status
@@ -60,6 +61,8 @@ class Registry:
         self._release = release  # give freed memory back (allocator caches) after an unload
         # Called on the loader thread right before a load: the memory manager makes room there.
         self.before_load: Callable[[int], None] = lambda slot: None
+        # The model's weights folder for a load (sie.gpu_proc.weights: a cluster cache copies it first).
+        self.weights: Callable[[ModelConfig], contextlib.AbstractContextManager[Path]] = local_weights
         self.on_unload: Callable[[int, Adapter], None] = lambda slot, adapter: None
         self._adapters: dict[int, Adapter] = {}
         self._loras: dict[int, LoraSet] = {}
@@ -87,6 +90,11 @@ class Registry:
     def last_used(self, slot: int) -> float:
         """Monotonic seconds of the model's last batch (or its load)."""
         return self._last_used.get(slot, 0.0)
+
+    def held_bytes(self) -> int:
+        """Bytes this device's models hold (parameters and buffers, as each load measured them),
+        counted until an unload has freed them."""
+        return int(self.control.models["memory_bytes"][self.device_index].sum())
 
     def is_leased(self, slot: int) -> bool:
         return self._leases.get(slot, 0) > 0
@@ -130,6 +138,10 @@ class Registry:
         self._executor.submit(self._load, slot)
         return True
 
+    def on_loader(self, work: Callable[[], None]) -> None:
+        """Run `work` on the loader thread, in turn with loads (connecting to a cluster cache)."""
+        self._executor.submit(work)
+
     def can_load(self, slot: int) -> bool:
         state = self.state(slot)
         if state == ModelState.FAILED:
@@ -141,8 +153,9 @@ class Registry:
         config = self.catalog.models[slot]
         started = time.monotonic()
         try:
-            self.before_load(slot)
-            adapter = self._loader(config, resolve_weights_dir(config), self.device)
+            with self.weights(config) as weights:  # held until the adapter has read them
+                self.before_load(slot)  # after the weights are here: their size is the model's
+                adapter = self._loader(config, weights, self.device)
         except Exception as exc:  # any failure to load is reported, never fatal to the device
             message = f"{type(exc).__name__}: {exc}"
             log.error("model load failed", extra={"model": config.sie_id, "error": message})
@@ -244,7 +257,10 @@ class Registry:
 
 
 def weight_file_bytes(config: ModelConfig) -> int:
-    """Bytes of the weight files of the largest format in the model's folder (0 if unknown)."""
+    """Bytes of the weight files of the largest format in the model's folder (0 if unknown); a
+    weightless model's declared footprint."""
+    if config.is_weightless:
+        return int(config.profile().adapter_options.loadtime.get("memory_footprint_bytes", 0))
     try:
         folder = resolve_weights_dir(config)
     except Exception:

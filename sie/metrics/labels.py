@@ -79,6 +79,8 @@ def route_of(path: str) -> str:
     if path.startswith("/v1/"):
         head = path[4:].split("/", 1)[0]
         return head if head in _ROUTE_INDEX else "other"
+    if path == "/v2/rerank":  # Cohere's v2 shape of the same route
+        return "rerank"
     if path in ("/healthz", "/livez", "/readyz"):
         return "health"
     return {"/metrics": "metrics", "/openapi.json": "openapi", "/version": "version"}.get(path, "other")

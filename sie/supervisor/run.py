@@ -24,16 +24,17 @@ import msgspec
 
 from sie.catalog_defaults import with_server_defaults
 from sie.catalog_report import log_catalog
-from sie.model_config import Catalog, ModelConfigError, load_catalog, preload_names
+from sie.model_config import Catalog, ModelConfigError, preload_names
+from sie.object_store import require_backend
 from sie.settings import Settings
 from sie.shared_catalog import share_catalog, write_catalog
 from sie.shm.control import DeviceState, ModelState
 from sie.shm.names import Namespace, sweep_stale
 from sie.specs import DeviceSpec, FrontendSpec
+from sie.supervisor.catalog_source import CatalogSource
 from sie.supervisor.children import Child, resolve_devices
 from sie.supervisor.resources import SharedResources
 from sie.supervisor.systemd import inherited_socket, sd_notify
-from sie.supervisor.watch import ModelsDirWatch
 from sie.tokens import load_tokens, share_tokens
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,15 @@ DEVICE_STOP_TIMEOUT_S = 30.0
 class Supervisor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        if settings.cluster_cache:
+            require_backend(settings.cluster_cache, "SIE_CLUSTER_CACHE")
+        self.catalog_source = CatalogSource(
+            settings.models_dir, settings.models, watch=settings.watch_models_dir
+        )
         self.catalog = self._read_catalog()
         log_catalog(self.catalog)
         self.slot_capacity = len(self.catalog) + settings.spare_model_slots
         self.catalog_generation = 0
-        self.models_dir = ModelsDirWatch(settings.models_dir)
         self.reread_requested = False
         preload = preload_names(settings.preload, settings.default_model, self.catalog)
         self.preload_slots = [self.catalog.slot(name) for name in preload]
@@ -168,21 +173,19 @@ class Supervisor:
 
     # -- the live catalog --------------------------------------------------------------------------
     def _read_catalog(self) -> Catalog:
-        return with_server_defaults(
-            load_catalog(self.settings.models_dir, self.settings.models), self.settings
-        )
+        return with_server_defaults(self.catalog_source.read(), self.settings)
 
     def _follow_models_dir(self) -> None:
         """Re-read the models directory on SIGHUP, or when the watcher saw a file change."""
-        changed = self.settings.watch_models_dir and self.models_dir.changed()
-        if not (self.reread_requested or changed):
-            return
-        self.reread_requested = False
+        requested, self.reread_requested = self.reread_requested, False
         try:
-            fresh = self._read_catalog()
+            read = self.catalog_source.fresh(requested)
         except ModelConfigError as exc:
             log.error("models directory not re-read; serving the catalog as it was: %s", exc)
             return
+        if read is None:
+            return
+        fresh = with_server_defaults(read, self.settings)
         revised = self.catalog.revised(fresh.models, list(fresh.unsupported.values()))
         if _same_catalog(revised, self.catalog):
             return

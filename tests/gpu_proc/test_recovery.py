@@ -14,12 +14,12 @@ import torch
 
 from sie.gpu_proc.batcher import Batch, PendingItem
 from sie.gpu_proc.inference import Finished, InferenceThread
-from sie.gpu_proc.loop import _result_blocks
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.recovery import is_out_of_memory, run_recovering
 from sie.gpu_proc.registry import Registry
+from sie.gpu_proc.results import result_messages
 from sie.shm.control import ModelState
-from sie.shm.layout import Op, ResultKind, Status
+from sie.shm.layout import Op, ResultKind, Status, decode_result
 
 from .lifecycle_fakes import FakeProbe, catalog_of, fake_loader, new_control, wait_state
 
@@ -98,7 +98,7 @@ def test_only_the_items_that_never_fit_are_refused() -> None:
     assert got.done is not None and [item.item_index for item in got.done.items] == [0, 1]
     assert "out of memory" in got.message.lower()
     finished = Finished(got.done, got.outputs, Status.OK, got.message, 0, 1000, tuple(got.failed))
-    blocks = {block.req_id: block for _, block in _result_blocks(finished)}
+    blocks = {req_id: decode_result(message) for _, req_id, message in result_messages(finished)}
     assert blocks[8].status == Status.OUT_OF_MEMORY  # -> 503 RESOURCE_EXHAUSTED, Retry-After 5
     assert blocks[7].status == Status.OK and blocks[7].item_index.tolist() == [0, 1]
 

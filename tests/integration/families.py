@@ -14,6 +14,7 @@ import yaml
 
 from tests.tiny_models.colbert import make_colbert, model_yaml_colbert
 from tests.tiny_models.cross_encoder import make_cross_encoder, model_yaml_cross_encoder
+from tests.tiny_models.gliclass import make_gliclass, model_yaml_gliclass
 from tests.tiny_models.gliner import make_gliner, model_yaml_gliner
 from tests.tiny_models.hybrid import make_hybrid, model_yaml_hybrid
 from tests.tiny_models.nli import make_nli, model_yaml_nli
@@ -29,6 +30,7 @@ COLBERT = "tiny/colbert"
 HYBRID = "tiny/hybrid"
 NER = "tiny/ner"
 GLINER = "tiny/gliner"
+GLICLASS = "tiny/gliclass"
 NLI = "tiny/nli"
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -40,6 +42,7 @@ BUILDERS: dict[str, Builder] = {
     HYBRID: (make_hybrid, model_yaml_hybrid),
     NER: (make_token_classification, model_yaml_token_classification),
     GLINER: (make_gliner, model_yaml_gliner),
+    GLICLASS: (make_gliclass, model_yaml_gliclass),
     NLI: (make_nli, model_yaml_nli),
 }
 

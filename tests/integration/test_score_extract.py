@@ -138,6 +138,11 @@ def test_nli_zero_shot_matches_the_transformers_pipeline(families: Families, mul
         (f"/v1/score/{NER}", {"query": {"text": "q"}, "items": [{"text": "x"}]}, "does not support scoring"),
         (f"/v1/score/{RERANKER}", {"query": {"text": "q"}, "items": [{"text": 5}]}, "$.items[0].text"),
         (f"/v1/extract/{NLI}", {"items": [{"text": "x"}]}, "labels"),
+        (
+            f"/v1/extract/{NLI}",
+            {"items": [{"text": "x"}], "params": {"labels": ["a"] * 1001}},
+            "at most 1000",
+        ),
         (f"/v1/extract/{RERANKER}", {"items": [{"text": "x"}]}, "does not support extraction"),
         (
             f"/v1/extract/{NLI}",

@@ -227,15 +227,54 @@ def test_sdk_scores_extracts_and_reads_sparse_and_multivector(
     want_multi = encode(server.url, COLBERT, body, as_json=True).json()["items"][0]["multivector"]["values"]
     np.testing.assert_allclose(array(ok(multi)["multivector"]), want_multi, atol=1e-6)
 
-    for entry, model, params in (
-        (ner, NER, {}),
-        (spans, GLINER, {"labels": ["person", "city"]}),
-        (nli, NLI, {"labels": ["travel", "food"]}),
+    for entry, model, params, found in (
+        (ner, NER, {}, "entities"),
+        (spans, GLINER, {"labels": ["person", "city"]}, "entities"),
+        (nli, NLI, {"labels": ["travel", "food"]}, "classifications"),
     ):
         want = post(
             server.url, f"/v1/extract/{model}", {"items": [{"text": text}], "params": params}, as_json=True
         ).json()["items"][0]
+        assert want[found], (model, want)  # an empty answer would make the comparison below vacuous
         [got] = ok(entry) if isinstance(ok(entry), list) else [ok(entry)]
         assert got["entities"] == want["entities"] and got["classifications"] == want["classifications"]
 
+    assert not no_labels["ok"] and no_labels["error"]["status_code"] == 400
+
+
+def test_sdk_extracts_gliclass_classifications(families: tuple[Server, dict[str, Path]]) -> None:
+    """`client.extract(model, item, labels=[...])` on a GLiClass model, against the gliclass pipeline."""
+    import warnings
+
+    from tests.integration.families import GLICLASS
+    from tests.tiny_models.gliclass import pipeline
+
+    server, folders = families
+    texts = ["the app crashes on startup when config file is missing", "Charged twice for one order!"]
+    labels = ["billing", "bug report", "feature request"]
+    multi = {"classification_type": "multi-label"}
+    actions = [
+        {"op": "extract", "model": GLICLASS, "items": {"text": texts[0]}, "kwargs": {"labels": labels}},
+        {
+            "op": "extract",
+            "model": GLICLASS,
+            "items": [{"text": t} for t in texts],
+            "kwargs": {"labels": labels, "options": multi},
+        },
+        {"op": "extract", "model": GLICLASS, "items": {"text": texts[0]}, "kwargs": {"labels": []}},
+    ]
+    single, multiple, no_labels = run_sdk(server.url, actions)
+    assert len(ok(multiple)) == len(texts)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = pipeline(folders[GLICLASS])
+    for results, kind in (([ok(single)], "single-label"), (ok(multiple), "multi-label")):
+        found = reference(
+            texts[: len(results)], labels, threshold=0.0, classification_type=kind, return_hierarchical=True
+        )
+        for result, want in zip(results, found, strict=True):
+            got = result["classifications"]
+            assert [c["label"] for c in got] == sorted(want, key=lambda label: -want[label])
+            np.testing.assert_allclose([c["score"] for c in got], [want[c["label"]] for c in got], atol=1e-4)
     assert not no_labels["ok"] and no_labels["error"]["status_code"] == 400

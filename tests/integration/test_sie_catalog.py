@@ -33,14 +33,14 @@ SDK_PYTHON = REPO / ".venv-sdk" / "bin" / "python"
 SDK_CLIENT = Path(__file__).with_name("sdk_client.py")
 BGE = "BAAI/bge-small-en-v1.5"  # served, weights in the cache
 E5 = "intfloat/e5-small-v2"  # served, weights not in the cache
-RERANKER = "Qwen/Qwen3-Reranker-0.6B"  # refused: an LLM reranker
+RERANKER = "Qwen/Qwen3-VL-Reranker-2B"  # refused: a vision-language reranker
 MALFORMED = "broken/not-yaml"  # the id a file that is not YAML gets from its name
 FILES = {
     BGE: "BAAI__bge-small-en-v1.5.yaml",
     E5: "intfloat__e5-small-v2.yaml",
-    RERANKER: "Qwen__Qwen3-Reranker-0.6B.yaml",
+    RERANKER: "Qwen__Qwen3-VL-Reranker-2B.yaml",
 }
-REFUSED_ADAPTER = "Qwen2FlashCrossEncoderAdapter"
+REFUSED_ADAPTER = "Qwen3VLRerankerAdapter"
 TEXTS = ["A man is eating food.", "Hello", "Protein expression levels increased in treated mice."]
 
 
@@ -176,7 +176,7 @@ def test_weights_missing_from_the_cache_answer_502_naming_the_cache(lab: Lab) ->
 
     _, _, message = wait_until(failed, 60, "the e5 load fails", interval_s=0.2)
     revision = yaml.safe_load((lab.models / FILES[E5]).read_text())["hf_revision"]
-    assert f"'{E5}' (revision {revision}) is not in the Hugging Face cache {lab.hub}" in message, message
+    assert f"'{E5}' (revision {revision}) is not in the local Hugging Face cache {lab.hub}" in message, message
     assert "--hf-fallback" in message, message
 
 

@@ -24,6 +24,7 @@ from sie.metrics.labels import (
         ("/v1/extract/a/b", "extract"),
         ("/v1/embeddings", "embeddings"),
         ("/v1/rerank", "rerank"),
+        ("/v2/rerank", "rerank"),
         ("/v1/models/any/model", "models"),
         ("/v1/whatever", "other"),
         ("/readyz", "health"),

@@ -29,11 +29,18 @@ async def extract_route(request: Request) -> Response:
     validate_items(req.items, model=name, inputs=config.input_kinds())
     options = params.options or {}
     profile = options.get("profile") if isinstance(options.get("profile"), str) else None
-    # Offsets of entities point into the item's own text, so no instruction or template is applied.
+    # Offsets of entities point into the item's own text, so no instruction or template is applied
+    # here; a family that reads the instruction (gliclass) puts it in its own prompt.
     texts = [item.text or "" for item in req.items]
     lora = lora_option(config, options)
     job = ExtractJob(
-        texts=texts, labels=params.labels, options=options, profile=profile, items=req.items, lora=lora
+        texts=texts,
+        labels=params.labels,
+        options=options,
+        profile=profile,
+        items=req.items,
+        lora=lora,
+        instruction=params.instruction,
     )
     extracted = await extract(state, name, job)
     as_json = wants_json(request.headers.get("accept"))

@@ -8,7 +8,14 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sie.frontend.wire import EmbeddingsRequest, EncodeRequest, ExtractRequest, RerankRequest, ScoreRequest
+from sie.frontend.wire import (
+    EmbeddingsRequest,
+    EncodeRequest,
+    ExtractRequest,
+    RerankRequest,
+    RerankV2Request,
+    ScoreRequest,
+)
 
 _ERROR = {
     "type": "object",
@@ -45,7 +52,7 @@ def _operation(summary: str, request_ref: str | None, media: list[str], tag: str
 
 def build_openapi(version: str) -> bytes:
     (_, components) = msgspec.json.schema_components(
-        [EncodeRequest, ScoreRequest, ExtractRequest, EmbeddingsRequest, RerankRequest],
+        [EncodeRequest, ScoreRequest, ExtractRequest, EmbeddingsRequest, RerankRequest, RerankV2Request],
         ref_template="#/components/schemas/{name}",
     )
     components["Error"] = _ERROR
@@ -73,6 +80,9 @@ def build_openapi(version: str) -> bytes:
             "/v1/extract/{model}": {"post": extract},
             "/v1/rerank": {
                 "post": _operation("Cohere-style rerank", "RerankRequest", ["application/json"], "rerank")
+            },
+            "/v2/rerank": {
+                "post": _operation("Cohere v2 rerank", "RerankV2Request", ["application/json"], "rerank")
             },
             "/v1/embeddings": {
                 "post": _operation("OpenAI embeddings", "EmbeddingsRequest", ["application/json"], "openai")

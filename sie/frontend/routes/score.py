@@ -1,8 +1,9 @@
-"""POST /v1/score/{model}: rank items against a query; POST /v1/rerank: the Cohere-style shape."""
+"""POST /v1/score/{model}: rank items against a query; POST /v1/rerank and /v2/rerank: Cohere's shapes."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import msgspec
@@ -16,9 +17,17 @@ from sie.frontend.render import render_score
 from sie.frontend.routes.answer import answer, stage_timing
 from sie.frontend.scoring import rank
 from sie.frontend.state import FrontendState
-from sie.frontend.tasks.score import check_item_count, check_scoring, score
+from sie.frontend.tasks.score import Scored, builds_own_prompt, check_item_count, check_scoring, score
 from sie.frontend.tokenize import format_text
-from sie.frontend.wire import Item, RerankRequest, ScoreRequest, decode_body, validate_items, wants_json
+from sie.frontend.wire import (
+    Item,
+    RerankRequest,
+    RerankV2Request,
+    ScoreRequest,
+    decode_body,
+    validate_items,
+    wants_json,
+)
 
 
 async def score_route(request: Request) -> Response:
@@ -34,14 +43,20 @@ async def score_route(request: Request) -> Response:
     validate_items(req.items, model=name)
     profile = _profile_option(req.options)
     runtime = config.profile(profile if profile in config.profiles else None).adapter_options.runtime
-    query = format_text(
-        req.query.text or "",
-        is_query=True,
-        instruction=req.instruction,
-        runtime=runtime,
-    )
+    query = req.query.text or ""
+    if not builds_own_prompt(config):  # an LLM reranker puts the instruction in its own prompt
+        query = format_text(query, is_query=True, instruction=req.instruction, runtime=runtime)
     lora = lora_option(config, req.options)
-    scored = await score(state, name, query, _texts(req.items), profile=profile, lora=lora)
+    scored = await score(
+        state,
+        name,
+        query,
+        _texts(req.items),
+        profile=profile,
+        lora=lora,
+        instruction=req.instruction,
+        max_seq_length=(req.options or {}).get("max_seq_length"),
+    )
     ids = [item.id if item.id is not None else f"item-{i}" for i, item in enumerate(req.items)]
     as_json = wants_json(request.headers.get("accept"))
     content = render_score(
@@ -58,32 +73,73 @@ async def rerank(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
     body = await read_body(request, state.settings.max_request_body_bytes)
     req = decode_body(body, "application/json", RerankRequest)
-    _, config = state.model(req.model)
-    check_scoring(config, req.model)
-    if req.top_n is not None and req.top_n < 1:
+    scored = await _rerank(state, req.model, req.query, req.documents, req.top_n, req.options)
+    results = _results(scored, req.documents, req.top_n, req.return_documents)
+    payload = {"model": req.model, "results": results, "usage": {"input_tokens": scored.input_tokens}}
+    return Response(msgspec.json.encode(payload), media_type="application/json")
+
+
+async def rerank_v2(request: Request) -> Response:
+    """Cohere's v2 rerank: {id, results: [{index, relevance_score, document?}], meta}."""
+    state: FrontendState = request.app.state.sie
+    body = await read_body(request, state.settings.max_request_body_bytes)
+    req = decode_body(body, "application/json", RerankV2Request)
+    if req.max_tokens_per_doc is not None:
+        raise InvalidInput(
+            "'max_tokens_per_doc' is not supported: documents are truncated to the model's own limit"
+        )
+    if req.relevant_spans:
+        raise InvalidInput("'relevant_spans' is not supported by this server")
+    documents = [d if isinstance(d, str) else d.text for d in req.documents]
+    scored = await _rerank(state, req.model, req.query, documents, req.top_n, req.options)
+    payload = {
+        "id": str(uuid.uuid4()),
+        "results": _results(scored, documents, req.top_n, req.return_documents),
+        "meta": {"api_version": {"version": "2"}, "tokens": {"input_tokens": scored.input_tokens}},
+    }
+    return Response(msgspec.json.encode(payload), media_type="application/json")
+
+
+async def _rerank(
+    state: FrontendState,
+    model: str,
+    query: str,
+    documents: list[str],
+    top_n: int | None,
+    options: dict[str, Any] | None,
+) -> Scored:
+    _, config = state.model(model)
+    check_scoring(config, model)
+    if top_n is not None and top_n < 1:
         raise InvalidInput("'top_n' must be a positive integer")
-    if not req.query.strip():
+    if not query.strip():
         raise InvalidInput("'query' must be a non-empty string")
-    check_item_count(len(req.documents))
-    validate_items([Item(text=req.query)], model=req.model)
-    validate_items([Item(text=d) for d in req.documents], model=req.model)
-    scored = await score(
+    check_item_count(len(documents))
+    validate_items([Item(text=query)], model=model)
+    validate_items([Item(text=d) for d in documents], model=model)
+    return await score(
         state,
-        req.model,
-        req.query,
-        req.documents,
-        profile=_profile_option(req.options),
-        lora=lora_option(config, req.options),
+        model,
+        query,
+        documents,
+        profile=_profile_option(options),
+        lora=lora_option(config, options),
+        max_seq_length=(options or {}).get("max_seq_length"),
     )
-    order = sorted(range(len(req.documents)), key=lambda i: -float(scored.scores[i]))[: req.top_n]
+
+
+def _results(
+    scored: Scored, documents: list[str], top_n: int | None, return_documents: bool
+) -> list[dict[str, Any]]:
+    """The documents best first (top_n of them), each with its index and score."""
+    order = sorted(range(len(documents)), key=lambda i: -float(scored.scores[i]))[:top_n]
     results: list[dict[str, Any]] = []
     for index in order:
         entry: dict[str, Any] = {"index": index, "relevance_score": float(scored.scores[index])}
-        if req.return_documents:
-            entry["document"] = {"text": req.documents[index]}
+        if return_documents:
+            entry["document"] = {"text": documents[index]}
         results.append(entry)
-    payload = {"model": req.model, "results": results, "usage": {"input_tokens": scored.input_tokens}}
-    return Response(msgspec.json.encode(payload), media_type="application/json")
+    return results
 
 
 def _texts(items: list[Item]) -> list[str]:

@@ -2,7 +2,8 @@
 
 - token_classification: a tagger's per-token logits, merged into character spans here;
 - gliner: zero-shot spans for the request's labels (prompt built here, spans decoded here);
-- nli_zero_shot: each (text, "This example is {label}.") pair through an NLI cross-encoder.
+- nli_zero_shot: each (text, "This example is {label}.") pair through an NLI cross-encoder;
+- gliclass: zero-shot classes for the request's labels, all scored in one forward per text.
 Images (owlv2) and audio (whisper) have their runners in `detect` and `transcribe`; each family's
 spec in sie.families names its runner.
 """
@@ -16,6 +17,13 @@ from typing import Any
 from sie.errors import InvalidInput
 from sie.families import family_of
 from sie.frontend.entities import DEFAULT_IGNORE_LABELS, aggregate_simple, id2label_of
+from sie.frontend.gliclass import (
+    GliclassPrompts,
+    checked_instruction,
+    checked_labels,
+    is_multi_label,
+    ranked_classes,
+)
 from sie.frontend.gliner import GlinerPrompts, decode, merge_adjacent
 from sie.frontend.pipeline import Submitted, admit, lora_config_key, submit, tokenize
 from sie.frontend.state import FrontendState
@@ -25,6 +33,7 @@ from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
 DEFAULT_GLINER_THRESHOLD = 0.5
+MAX_EXTRACT_LABELS = 1000  # SIE's cap: zero-shot work grows with every label
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,7 @@ class ExtractJob:
     profile: str | None = None
     items: Sequence[Item] = ()  # the request's items, for the families that read images or audio
     lora: str | None = None  # a LoRA adapter from the model's `loras` (checked by the route)
+    instruction: str | None = None  # the request's task description (gliclass reads it)
 
 
 @dataclass(slots=True)
@@ -63,6 +73,8 @@ def check_extraction(config: ModelConfig, name: str, labels: list[str] | None) -
         raise InvalidInput(f"Model '{name}' is a zero-shot model: params.labels must list at least one label")
     if labels and any(not label.strip() for label in labels):
         raise InvalidInput("params.labels must not contain empty labels")
+    if labels and len(labels) > MAX_EXTRACT_LABELS:
+        raise InvalidInput(f"Field 'labels' must contain at most {MAX_EXTRACT_LABELS} labels")
 
 
 async def extract(state: FrontendState, name: str, job: ExtractJob) -> Extracted:
@@ -153,6 +165,26 @@ async def run_nli_zero_shot(
     logits = submitted.results.rows[ResultKind.SCORES]
     classifications = classify(logits, len(labels), labels, entail, contradiction, multi_label)
     return _extracted(submitted, classifications=classifications, n_items=len(job.texts))
+
+
+async def run_gliclass(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+    labels = checked_labels(job.labels or [])
+    instruction = checked_instruction(job.instruction)
+    runtime = config.profile(job.profile).adapter_options.runtime
+    multi_label = is_multi_label(job.options, runtime.multi_label)
+    # SIE's default: every label with its score; a threshold above 0 drops those below it.
+    threshold = _threshold(job.options, runtime.threshold, default=0.0)
+    slot, _ = admit(state, name, len(job.texts), job.profile)
+    prompts = state.tokenizers.derived(config, "gliclass", lambda tok: GliclassPrompts.for_model(config, tok))
+    encoded, tokenization_ms = await tokenize(
+        lambda: prompts.encode(job.texts, labels, instruction), len(job.texts)
+    )
+    submitted = await _submit(state, slot, config, job, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
+    logits = submitted.results.ragged[ResultKind.TOKEN_SCORES]
+    classifications = [
+        ranked_classes(scores, labels, multi_label=multi_label, threshold=threshold) for scores in logits
+    ]
+    return _extracted(submitted, classifications=classifications)
 
 
 async def _submit(

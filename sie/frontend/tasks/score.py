@@ -1,8 +1,9 @@
 """The score task: one query against many items, for cross-encoders and late-interaction models.
 
 A cross-encoder reads each (query, item) pair in one forward and gives logits, activated here the
-way sentence-transformers' CrossEncoder does. A ColBERT-style model embeds the query and the items
-as token matrices and scores them by MaxSim.
+way sentence-transformers' CrossEncoder does. An LLM reranker reads each pair as a prompt
+(sie.frontend.llm_prompts) and the device returns its score. A ColBERT-style model embeds the query
+and the items as token matrices and scores them by MaxSim.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from sie.errors import InvalidInput
 from sie.families import family_of
 from sie.frontend.colbert import maxsim
+from sie.frontend.llm_prompts import LlmPrompts
 from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
 from sie.frontend.scoring import activation_of, item_scores
 from sie.frontend.state import FrontendState
@@ -56,23 +58,28 @@ async def score(
     *,
     profile: str | None = None,
     lora: str | None = None,
+    instruction: str | None = None,
+    max_seq_length: int | None = None,
 ) -> Scored:
+    """`instruction` and `max_seq_length` (the request's) are read by families that build their own
+    prompt (LLM rerankers); the others get `query` already formatted."""
     _, config = state.model(name)
     check_scoring(config, name)
     check_item_count(len(items))
-    if family_of(config.family).score == "pairs":
-        return await _cross_encode(state, name, query, items, profile, lora)
-    return await _late_interaction(state, name, query, items, profile, lora)
-
-
-async def _cross_encode(
-    state: FrontendState, name: str, query: str, items: list[str], profile: str | None, lora: str | None
-) -> Scored:
+    if family_of(config.family).score == "maxsim":
+        return await _late_interaction(state, name, query, items, profile, lora)
     slot, config = admit(state, name, len(items), profile)
-    tokenizer = state.tokenizers.get(config)
-    encoded, tokenization_ms = await tokenize(
-        lambda: tokenizer.encode_pairs([query] * len(items), items), len(items)
-    )
+    if builds_own_prompt(config):
+        prompts = llm_prompts(state, config, profile)
+        limit = prompts.limit(max_seq_length)
+        encoded, tokenization_ms = await tokenize(
+            lambda: prompts.encode(query, items, instruction, limit), len(items)
+        )
+    else:
+        tokenizer = state.tokenizers.get(config)
+        encoded, tokenization_ms = await tokenize(
+            lambda: tokenizer.encode_pairs([query] * len(items), items), len(items)
+        )
     submitted = await submit(
         state,
         slot,
@@ -82,12 +89,44 @@ async def _cross_encode(
         key=lora_config_key(config, profile or config.default_profile_name, lora),
         tokenization_ms=tokenization_ms,
     )
-    configured = config.profile(profile).adapter_options.runtime.activation
+    configured = _activation_setting(config, profile)
     activation = state.tokenizers.derived(
-        config, f"activation:{configured}", lambda _: activation_of(resolve_weights_dir(config), configured)
+        config, f"activation:{configured}", lambda _: _activation(config, configured)
     )
     scores = item_scores(submitted.results.rows[ResultKind.SCORES], activation)
     return Scored(scores, submitted.input_tokens, tokenization_ms, submitted.queue_ms, submitted.inference_ms)
+
+
+def builds_own_prompt(config: ModelConfig) -> bool:
+    """LLM rerankers put the raw query and the instruction into their prompt themselves."""
+    return family_of(config.family).score_tokenization == "llm_prompt"
+
+
+def llm_prompts(state: FrontendState, config: ModelConfig, profile: str | None) -> LlmPrompts:
+    """The profile's prompt builder, made once per model and profile."""
+    chosen = profile or config.default_profile_name
+    runtime = config.profile(chosen).adapter_options.runtime
+    declared = config.max_sequence_length
+    return state.tokenizers.derived(
+        config,
+        f"llm_prompts:{chosen}",
+        lambda tok: LlmPrompts.for_profile(tok, runtime, resolve_weights_dir(config), declared),
+    )
+
+
+def _activation(config: ModelConfig, configured: str | None) -> str:
+    if config.is_weightless:  # no config.json to read (SIE's fake): its scores are final
+        return "identity"
+    return activation_of(resolve_weights_dir(config), configured)
+
+
+def _activation_setting(config: ModelConfig, profile: str | None) -> str | None:
+    """The YAML's activation (None: CrossEncoder's choice). An LLM reranker's device score is SIE's
+    final one, except a saved CrossEncoder stack's ("native"), activated as CrossEncoder does."""
+    runtime = config.profile(profile).adapter_options.runtime
+    if builds_own_prompt(config) and runtime.input_format != "native":
+        return "identity"
+    return runtime.activation
 
 
 async def _late_interaction(
