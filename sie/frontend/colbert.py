@@ -15,7 +15,6 @@ the output, bit 1 = attend to the token. Padding added by the runner is 0 in bot
 
 from __future__ import annotations
 
-import json
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from sie.frontend.model_files import read_json_object
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions, resolve_weights_dir
 
@@ -99,9 +99,9 @@ def _first(*values: Any) -> Any:
 
 def _folder_settings(folder: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    config = _read_json(folder / "config.json")
+    config = read_json_object(folder / "config.json")
     if (config.get("architectures") or [None])[0] == "HF_ColBERT":
-        meta = _read_json(folder / "artifact.metadata")
+        meta = read_json_object(folder / "artifact.metadata")
         found["is_stanford"] = True
         stanford_keys = {
             "query_token_id": "query_prefix",
@@ -111,7 +111,7 @@ def _folder_settings(folder: Path) -> dict[str, Any]:
             "attend_to_mask_tokens": "attend_to_expansion_tokens",
         }
         found.update({ours: meta[theirs] for theirs, ours in stanford_keys.items() if theirs in meta})
-    pylate = _read_json(folder / "config_sentence_transformers.json")
+    pylate = read_json_object(folder / "config_sentence_transformers.json")
     pylate_keys = (
         "query_prefix",
         "document_prefix",
@@ -122,7 +122,9 @@ def _folder_settings(folder: Path) -> dict[str, Any]:
         "do_query_expansion",
     )
     found.update({key: pylate[key] for key in pylate_keys if pylate.get(key) is not None})
-    found["do_lower_case"] = _read_json(folder / "sentence_bert_config.json").get("do_lower_case", False)
+    found["do_lower_case"] = read_json_object(folder / "sentence_bert_config.json").get(
+        "do_lower_case", False
+    )
     expansion = _expansion_token(folder)
     if expansion is not None:
         found["expansion_token"] = expansion
@@ -132,8 +134,8 @@ def _folder_settings(folder: Path) -> dict[str, Any]:
 def _expansion_token(folder: Path) -> str | None:
     """The tokenizer's mask token, else its eos, else its pad token (PyLate's order)."""
     tokens = {
-        **_read_json(folder / "special_tokens_map.json"),
-        **_read_json(folder / "tokenizer_config.json"),
+        **read_json_object(folder / "special_tokens_map.json"),
+        **read_json_object(folder / "tokenizer_config.json"),
     }
     for key in ("mask_token", "eos_token", "pad_token"):
         value = tokens.get(key)
@@ -142,14 +144,6 @@ def _expansion_token(folder: Path) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    with path.open() as fh:
-        data = json.load(fh)
-    return data if isinstance(data, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)

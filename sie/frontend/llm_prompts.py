@@ -16,15 +16,15 @@ The prompt texts are SIE's, character for character: a model scores the prompt i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from sie.errors import InputTooLong, InvalidInput
 from sie.families.llm_reranker import NATIVE_TEMPLATE
+from sie.frontend.model_files import read_json_object
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.model_config import RuntimeOptions
 
@@ -152,21 +152,13 @@ def _document_budget(limit: int, around: int, what: str) -> int:
 def model_caps(folder: Path) -> list[int]:
     """The limits the model's files set: the tokenizer's `model_max_length`, the position table."""
     caps = []
-    tokenizer_max = _read_json(folder / "tokenizer_config.json").get("model_max_length")
+    tokenizer_max = read_json_object(folder / "tokenizer_config.json").get("model_max_length")
     if isinstance(tokenizer_max, int) and 0 < tokenizer_max < _NO_TOKENIZER_LIMIT:
         caps.append(tokenizer_max)
-    positions = _read_json(folder / "config.json").get("max_position_embeddings")
+    positions = read_json_object(folder / "config.json").get("max_position_embeddings")
     if isinstance(positions, int) and positions > 0:
         caps.append(positions)
     return caps
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _flat(rows: list[list[int]]) -> Encoded:

@@ -7,17 +7,17 @@ tokenizer releases the GIL inside `encode_batch`, so callers may run it in a wor
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from sie.errors import InvalidInput
+from sie.frontend.model_files import read_json_object
 from sie.model_config import ModelConfig, RuntimeOptions, resolve_tokenizer_file
 
 T = TypeVar("T")
@@ -275,25 +275,17 @@ def _append_token(encoded: Encoded, token_id: int) -> Encoded:
 
 def eos_token_id(folder: Path, tokenizer: Tokenizer) -> int:
     """The EOS token named by the model's tokenizer_config.json (else config.json's eos_token_id)."""
-    named = _read_json(folder / "tokenizer_config.json").get("eos_token")
+    named = read_json_object(folder / "tokenizer_config.json").get("eos_token")
     if isinstance(named, dict):
         named = named.get("content")
     if isinstance(named, str) and tokenizer.token_to_id(named) is not None:
         return int(tokenizer.token_to_id(named))
-    eos = _read_json(folder / "config.json").get("eos_token_id")
+    eos = read_json_object(folder / "config.json").get("eos_token_id")
     if isinstance(eos, list) and eos:
         eos = eos[0]
     if not isinstance(eos, int):
         raise ValueError(f"append_eos: no EOS token in {folder}'s tokenizer_config.json or config.json")
     return eos
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 class TokenizerCache:

@@ -176,7 +176,8 @@ def test_weights_missing_from_the_cache_answer_502_naming_the_cache(lab: Lab) ->
 
     _, _, message = wait_until(failed, 60, "the e5 load fails", interval_s=0.2)
     revision = yaml.safe_load((lab.models / FILES[E5]).read_text())["hf_revision"]
-    assert f"'{E5}' (revision {revision}) is not in the local Hugging Face cache {lab.hub}" in message, message
+    expected = f"'{E5}' (revision {revision}) is not in the local Hugging Face cache {lab.hub}"
+    assert expected in message, message
     assert "--hf-fallback" in message, message
 
 
