@@ -1,15 +1,17 @@
 """Serving's ceiling over HTTP with SIE's fake model (no forward): sie, the bare HTTP stack, sie-server.
 
     python scripts/bench_fake_http.py [--duration-s 15] [--connections 64] [--frontends 2]
-                                      [--server-arg=--flag=value ...] [--no-bare] [--no-peer]
+                                      [--server-arg=--flag=value ...] [--no-bare]
+                                      [--peer-script PATH]
 
 `wrk` (Debian package `wrk`) posts one 10-40-word item per request to `/v1/encode/sie-fake` over
 keep-alive connections, in turn against:
   - sie serving its built-in `sie-fake` (`--frontends` frontends, one CPU device);
   - the bare stack (scripts/_bare_stack.py: Starlette on hypercorn, `--frontends` workers, uvloop,
     msgspec decode + MiniLM tokenize + a fixed reply), what any Python frontend costs at least;
-  - the real sie-server 0.10.1 serving its own sie-fake, started with
-    `SIE_PEER_EXTRA_MODELS=sie-fake /work/shared/tools/sie-peer.sh PORT` (its venv must exist).
+  - with `--peer-script PATH`, the real sie-server 0.10.1 serving its own sie-fake, started as
+    `SIE_PEER_EXTRA_MODELS=sie-fake PATH PORT` and stopped as `PATH stop PORT` (a script that
+    starts sie-server on a port and prints its PID last).
 For each: requests/s, p50/p99 latency and CPU microseconds per request by process kind (from /proc).
 The last stdout line is one JSON object with every figure.
 """
@@ -35,7 +37,6 @@ from sie.model_config import load_catalog, resolve_weights_dir
 MODEL = "sie-fake"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 JSON = "application/json"
-PEER = Path(os.environ.get("SIE_PEER_TOOL", "/work/shared/tools/sie-peer.sh"))
 
 
 def measure_sie(bodies: list[bytes], args: argparse.Namespace) -> dict[str, Any]:
@@ -58,10 +59,10 @@ def measure_sie(bodies: list[bytes], args: argparse.Namespace) -> dict[str, Any]
         stop_server(process)
 
 
-def measure_peer(bodies: list[bytes], args: argparse.Namespace) -> dict[str, Any]:
+def measure_peer(bodies: list[bytes], args: argparse.Namespace, peer: Path) -> dict[str, Any]:
     port = free_port()
     env = {**os.environ, "SIE_PEER_EXTRA_MODELS": MODEL}
-    started = subprocess.run([str(PEER), str(port)], env=env, capture_output=True, text=True, check=True)
+    started = subprocess.run([str(peer), str(port)], env=env, capture_output=True, text=True, check=True)
     pid = int(started.stdout.strip().splitlines()[-1])
     try:
         url = f"http://127.0.0.1:{port}"
@@ -74,7 +75,7 @@ def measure_peer(bodies: list[bytes], args: argparse.Namespace) -> dict[str, Any
         )
         return result
     finally:
-        subprocess.run([str(PEER), "stop", str(port)], capture_output=True, check=False)
+        subprocess.run([str(peer), "stop", str(port)], capture_output=True, check=False)
 
 
 def _tree_cpu(pid: int) -> float:
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frontends", type=int, default=2)
     parser.add_argument("--server-arg", action="append", default=[], help="extra flag for sie serve")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare HTTP stack")
-    parser.add_argument("--no-peer", action="store_true", help="skip sie-server")
+    parser.add_argument("--peer-script", type=Path, help="starts sie-server (see above); without it, no peer")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")
@@ -110,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         report["sie_vs_bare"] = round(report["sie"]["requests_per_s"] / report["bare"]["requests_per_s"], 3)
         print(f"bare stack: {report['bare']}", flush=True)
-    if not args.no_peer:
-        if not PEER.is_file():
-            raise SystemExit(f"no {PEER}: pass --no-peer")
-        report["sie_server"] = measure_peer(bodies, args)
+    if args.peer_script is not None:
+        if not args.peer_script.is_file():
+            raise SystemExit(f"no {args.peer_script}")
+        report["sie_server"] = measure_peer(bodies, args, args.peer_script)
         report["sie_vs_sie_server"] = round(
             report["sie"]["requests_per_s"] / report["sie_server"]["requests_per_s"], 2
         )
