@@ -453,15 +453,13 @@ def select_catalog(
 def resolve_weights_dir(config: ModelConfig) -> Path:
     """The local folder holding config.json, the weights and tokenizer.json. Downloads only where
     the supervisor allowed it (--hf-fallback)."""
-    weights = config.weights
-    if weights.path:
-        folder = Path(weights.path).expanduser()
-    elif weights.package:
-        folder = _package_dir(weights.package) / weights.package_path
-    elif config.hf_id:
+    folder = _declared_folder(config)
+    if folder is None:
+        if not config.hf_id:
+            raise ModelConfigError(
+                f"model '{config.sie_id}' names no weights (weights.path/package or hf_id)"
+            )
         folder = hf_snapshot(config.hf_id, config.hf_revision)
-    else:
-        raise ModelConfigError(f"model '{config.sie_id}' names no weights (weights.path/package or hf_id)")
     if not folder.is_dir():
         raise ModelConfigError(f"model '{config.sie_id}': weights folder {folder} does not exist")
     return folder
@@ -469,24 +467,25 @@ def resolve_weights_dir(config: ModelConfig) -> Path:
 
 def weights_present(config: ModelConfig) -> bool:
     """Whether the model's files are on this machine now (never downloads)."""
-    weights = config.weights
     if config.is_weightless:
         return True
     try:
-        if weights.path:
-            return Path(weights.path).expanduser().is_dir()
-        if weights.package:
-            return (_package_dir(weights.package) / weights.package_path).is_dir()
-        if config.hf_id:
-            from huggingface_hub import snapshot_download
-
-            snapshot_download(
-                config.hf_id, revision=config.hf_revision, cache_dir=hf_hub_cache(), local_files_only=True
-            )
-            return True
-    except Exception:  # any failure to find them means: not here
+        folder = _declared_folder(config)
+        if folder is None and config.hf_id:
+            folder = local_snapshot(config.hf_id, config.hf_revision, hf_hub_cache())
+    except (ModelConfigError, OSError, ValueError):  # a package not installed, an invalid repo id
         return False
-    return False
+    return folder is not None and folder.is_dir()
+
+
+def _declared_folder(config: ModelConfig) -> Path | None:
+    """The folder the YAML's `weights` block names (a path, or a folder in a package); None: `hf_id`."""
+    weights = config.weights
+    if weights.path:
+        return Path(weights.path).expanduser()
+    if weights.package:
+        return _package_dir(weights.package) / weights.package_path
+    return None
 
 
 def resolve_tokenizer_file(config: ModelConfig) -> Path:
@@ -520,24 +519,34 @@ def hf_hub_cache() -> Path:
     return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser()
 
 
+def local_snapshot(hf_id: str, revision: str | None, cache: Path) -> Path | None:
+    """The snapshot folder huggingface_hub's own lookup finds in `cache` (never downloads), or None."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+
+
 def hf_snapshot(hf_id: str, revision: str | None) -> Path:
     """The cached snapshot of `hf_id` at `revision`, found by huggingface_hub's own cache lookup;
     downloaded only when HF_HUB_OFFLINE is off (the supervisor sets it unless --hf-fallback)."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
 
     cache = hf_hub_cache()
-    try:
-        return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache, local_files_only=True))
-    except LocalEntryNotFoundError:
-        if _offline():
-            at = f"revision {revision}" if revision else "its main branch"
-            raise ModelConfigError(
-                f"'{hf_id}' ({at}) is not in the local Hugging Face cache {cache}. Start with --hf-fallback "
-                "(SIE_HF_FALLBACK=true) to download it, point SIE_LOCAL_CACHE at a cache that holds it, or "
-                "put it there with "
-                f"`hf download {hf_id}{' --revision ' + revision if revision else ''} --cache-dir {cache}`"
-            ) from None
+    found = local_snapshot(hf_id, revision, cache)
+    if found is not None:
+        return found
+    if _offline():
+        at = f"revision {revision}" if revision else "its main branch"
+        raise ModelConfigError(
+            f"'{hf_id}' ({at}) is not in the local Hugging Face cache {cache}. Start with --hf-fallback "
+            "(SIE_HF_FALLBACK=true) to download it, point SIE_LOCAL_CACHE at a cache that holds it, or "
+            "put it there with "
+            f"`hf download {hf_id}{' --revision ' + revision if revision else ''} --cache-dir {cache}`"
+        )
     return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache))
 
 

@@ -25,17 +25,6 @@ def repo_folder(hf_id: str) -> str:
     return "models--" + hf_id.replace("/", "--")
 
 
-def local_snapshot(hf_id: str, revision: str | None, cache: Path) -> Path | None:
-    """The snapshot folder huggingface_hub's own lookup finds in `cache` (never downloads), or None."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(hf_id, revision=revision, cache_dir=cache, local_files_only=True))
-    except LocalEntryNotFoundError:
-        return None
-
-
 def incoming_dir(cache: Path, repo: str, commit: str) -> Path:
     """Where a copy of one snapshot is assembled: the same filesystem as its target, so the final
     rename is atomic; the same name every time, so a copy cut short is resumed."""

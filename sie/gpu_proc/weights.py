@@ -18,13 +18,14 @@ from pathlib import Path
 
 from sie.gpu_proc.cluster_cache import ClusterCache
 from sie.gpu_proc.disk_cache import DiskCache
-from sie.gpu_proc.hf_cache import RepoLock, local_snapshot, repo_folder, touch
+from sie.gpu_proc.hf_cache import RepoLock, repo_folder, touch
 from sie.model_config import (
     Catalog,
     ModelConfig,
     ModelConfigError,
     hf_hub_cache,
     hf_snapshot,
+    local_snapshot,
     resolve_weights_dir,
 )
 from sie.settings import Settings
