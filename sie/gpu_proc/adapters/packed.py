@@ -107,19 +107,13 @@ class PackedEncoder:
     ) -> torch.Tensor:
         """The embedded stream of the packing's tokens (every token when it is uniform)."""
         embeddings = self._base.embeddings
-        tokens = packing.tokens
-
-        def stream(t: torch.Tensor) -> torch.Tensor:
-            flat = t.reshape(-1)
-            return flat if tokens is None else flat.index_select(0, tokens)
-
-        if packing.positions is None:
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-            flat_positions = positions.reshape(-1) + self._position_offset
-        else:
-            flat_positions = packing.positions + self._position_offset
-        types = stream(token_type_ids) if token_type_ids is not None else torch.zeros_like(flat_positions)
-        hidden = embeddings.word_embeddings(stream(input_ids))
+        flat_positions = stream_positions(packing, input_ids) + self._position_offset
+        types = (
+            streamed(token_type_ids, packing)
+            if token_type_ids is not None
+            else torch.zeros_like(flat_positions)
+        )
+        hidden = embeddings.word_embeddings(streamed(input_ids, packing))
         hidden = (
             hidden + embeddings.token_type_embeddings(types) + embeddings.position_embeddings(flat_positions)
         )
@@ -215,6 +209,12 @@ def _groups(sorted_lengths: list[int], max_waste: float, min_items: int = MIN_GR
     if current:
         groups.append(current)
     return groups
+
+
+def streamed(padded: torch.Tensor, packing: Packing) -> torch.Tensor:
+    """A per-token [n, L] tensor as the stream: its real tokens, in stream order."""
+    flat = padded.reshape(-1)
+    return flat if packing.tokens is None else flat.index_select(0, packing.tokens)
 
 
 def stream_positions(packing: Packing, input_ids: torch.Tensor) -> torch.Tensor:

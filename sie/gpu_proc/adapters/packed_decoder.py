@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, unpacked
+from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
 
 # Decoder stacks whose layers are exactly: norm, attention (q/k/v/o projections, optional q/k norms
 # on the head dimension, rotary), residual, norm, MLP, residual; then a final norm.
@@ -54,7 +54,7 @@ class PackedDecoder:
         if key_mask is not None:
             raise ValueError("decoder embedders attend to every earlier token: no key mask")
         packing = plan(lengths, input_ids.shape[1], None, input_ids.device)
-        ids = input_ids.reshape(-1) if packing.tokens is None else input_ids.reshape(-1)[packing.tokens]
+        ids = streamed(input_ids, packing)
         flat = self._base.embed_tokens(ids)
         positions = stream_positions(packing, input_ids)
         cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, unpacked
+from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
 
 
 class PackedModernBert:
@@ -61,7 +61,7 @@ class PackedModernBert:
         `key_mask` ([n, L], optional) says which tokens the others may attend to (ColBERT's query
         expansion computes tokens nobody attends to)."""
         packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
-        ids = input_ids.reshape(-1) if packing.tokens is None else input_ids.reshape(-1)[packing.tokens]
+        ids = streamed(input_ids, packing)
         embeddings = self._base.embeddings
         flat = embeddings.norm(embeddings.tok_embeddings(ids))
         positions = stream_positions(packing, input_ids)[None]
