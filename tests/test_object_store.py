@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sie import catalog_report
-from sie.model_config import read_model_texts, select_catalog
+from sie.model_config import Catalog, read_model_texts, select_catalog
 from sie.object_store import ObjectStoreError, is_remote, is_url, local_path, read_yaml_files, require_backend
 from sie.supervisor.catalog_source import CatalogSource
 from tests.object_stores import GcsEmulator, MotoS3
@@ -108,13 +109,23 @@ def test_a_sighup_reread_of_a_bucket_runs_off_the_supervisors_thread(models_url:
     source = CatalogSource(models_url, None, watch=True)
     assert source.read().names() == ["org/ours", "org/theirs"]
     assert source.fresh(requested=False) is None  # never polled
+    store_read, release, readers = source.read, threading.Event(), []
+
+    def held_read() -> Catalog:  # the real read, held until the test lets it go
+        readers.append(threading.current_thread())
+        assert release.wait(10)
+        return store_read()
+
+    source.read = held_read  # type: ignore[method-assign]
     assert source.fresh(requested=True) is None  # the read has only begun
+    release.set()
     for _ in range(200):
         fresh = source.fresh(requested=False)
         if fresh is not None:
             break
         time.sleep(0.05)
     assert fresh is not None and fresh.names() == ["org/ours", "org/theirs"]
+    assert readers and readers[0] is not threading.main_thread()
 
 
 def test_file_urls_are_local_directories(tmp_path: Path) -> None:
