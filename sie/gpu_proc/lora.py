@@ -94,13 +94,28 @@ class LoraSet:
             layers.set_adapter(name)
 
     def _inject(self, name: str) -> None:
-        from peft import PeftModel  # deferred: only servers with LoRA adapters pay for importing it
+        # deferred: only servers with LoRA adapters pay for importing peft
+        from peft import PeftConfig, PeftModel
 
         started = time.monotonic()
+        path = self._paths[name]
         if self._peft is None:
-            self._peft = PeftModel.from_pretrained(self.module, self._paths[name], adapter_name=name)
+            # Built in two steps (what PeftModel.from_pretrained does) so that a failed weights load
+            # can take its layers back out: they are injected into the served module in place.
+            peft = PeftModel(self.module, PeftConfig.from_pretrained(path), adapter_name=name)
+            try:
+                _load_weights(peft, path, name)
+            except BaseException:
+                peft.unload()
+                raise
+            self._peft = peft
         else:
-            self._peft.load_adapter(self._paths[name], adapter_name=name)
+            try:
+                _load_weights(self._peft, path, name)
+            except BaseException:
+                if name in self._peft.peft_config:
+                    self._peft.delete_adapter(name)
+                raise
         self._peft.to(next(self.module.parameters()).device)
         self._peft.eval()
         log.info("LoRA adapter loaded", extra={"lora": name, "load_s": round(time.monotonic() - started, 2)})
@@ -109,3 +124,12 @@ class LoraSet:
         del self._last_used[name]
         self._peft.delete_adapter(name)
         log.info("LoRA adapter unloaded", extra={"lora": name})
+
+
+def _load_weights(peft: Any, path: str, name: str) -> None:
+    """The adapter's tensors into its layers; a file that lacks some is a failed load, not layers left
+    at their random initialization."""
+    loaded = peft.load_adapter(path, adapter_name=name)
+    missing = [key for key in loaded.missing_keys if f".{name}." in key]  # not other adapters' tensors
+    if missing:
+        raise ValueError(f"its weights lack {len(missing)} of its layers' tensors (e.g. {missing[0]})")

@@ -64,8 +64,12 @@ def loras(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loras]:
     root = tmp_path_factory.mktemp("lora")
     adapters = {name: make_lora(root / name, seed) for seed, name in enumerate(("de", "fr"))}
     merged = {name: merge(path, root / f"merged-{name}") for name, path in adapters.items()}
+    broken = shutil.copytree(adapters["de"], root / "broken")
+    weights = broken / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # an upload cut short
     raw = yaml.safe_load((BUILTIN_MODELS_DIR / "sentence-transformers__all-MiniLM-L6-v2.yaml").read_text())
-    raw["loras"] = {"fr": "../fr", "de": str(adapters["de"])}  # relative to the YAML file, or absolute
+    # Relative to the YAML file, or absolute.
+    raw["loras"] = {"fr": "../fr", "de": str(adapters["de"]), "broken": str(broken)}
     models_dir = root / "models"
     models_dir.mkdir()
     (models_dir / "minilm.yaml").write_text(yaml.safe_dump(raw))
@@ -107,11 +111,34 @@ def assert_lora_loading(response: httpx.Response) -> None:
     assert response.headers["retry-after"] == "1"
 
 
+def test_an_adapter_that_fails_to_load_fails_its_requests_and_nothing_else(loras: Loras) -> None:
+    # First in the file: no adapter has loaded yet, so the failed load is the model's first injection.
+    server = loras.server
+    assert_lora_loading(encode(server.url, MINILM, with_lora(TEXTS, lora="broken"), as_json=True))
+
+    def failed() -> httpx.Response | None:
+        response = encode(server.url, MINILM, with_lora(TEXTS, lora="broken"), as_json=True)
+        return None if response.status_code == 503 else response
+
+    response = wait_until(failed, 60, "the broken adapter's load to fail", interval_s=0.1)
+    assert response.status_code == 502, response.json()
+    detail = response.json()["detail"]
+    assert detail["code"] == "MODEL_LOAD_FAILED"
+    assert "LoRA adapter 'broken' failed to load" in detail["message"]
+    again = encode(server.url, MINILM, with_lora(TEXTS, lora="broken"), as_json=True)
+    assert again.status_code == 502  # answered from the cool-down, not loaded again per request
+    plain = encode(server.url, MINILM, {"items": [{"text": t} for t in TEXTS]}, as_json=False)
+    assert plain.status_code == 200
+    assert np.abs(dense_matrix(decode(plain)) - reference_embeddings(TEXTS, minilm_dir())).max() <= ATOL
+    got = encode_with(server, TEXTS, lora="fr")
+    assert np.abs(got - reference_embeddings(TEXTS, loras.merged["fr"])).max() <= ATOL
+
+
 def test_first_use_loads_then_equals_peft_merged_and_differs_from_base(loras: Loras) -> None:
     server = loras.server
-    assert_lora_loading(encode(server.url, MINILM, with_lora(TEXTS, lora="fr"), as_json=True))
-    got = encode_with(server, TEXTS, lora="fr")
-    want = reference_embeddings(TEXTS, loras.merged["fr"])
+    assert_lora_loading(encode(server.url, MINILM, with_lora(TEXTS, lora="de"), as_json=True))
+    got = encode_with(server, TEXTS, lora="de")
+    want = reference_embeddings(TEXTS, loras.merged["de"])
     assert np.abs(got - want).max() <= ATOL
     base = reference_embeddings(TEXTS, minilm_dir())
     assert np.abs(got - base).max() > 100 * ATOL
@@ -165,4 +192,4 @@ def test_an_unknown_adapter_is_400(loras: Loras) -> None:
     assert response.status_code == 400
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT" and "Unknown LoRA adapter 'xx'" in detail["message"]
-    assert "de, fr" in detail["message"]
+    assert "broken, de, fr" in detail["message"]
