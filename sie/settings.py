@@ -78,7 +78,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def encode(self) -> str:
         # Children get this on argv, which every local user can read in /proc: never the tokens
-        # (frontends get those through an inherited memfd, see sie.tokens).
+        # (frontends get those through an inherited memfd, see sie.bearer_tokens).
         return msgspec.json.encode(msgspec.structs.replace(self, auth_tokens=None)).decode()
 
     @staticmethod

@@ -23,4 +23,4 @@ class FrontendSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     listen_fd: int  # the shared listening socket, inherited
     catalog_fd: int  # the supervisor's catalog (sie.shared_catalog), inherited
     device_names: list[str] = []  # "cpu" or "cuda:N" per device index, for /v1/models
-    auth_fd: int = -1  # the bearer tokens (sie.tokens), inherited; -1: no authentication
+    auth_fd: int = -1  # the bearer tokens (sie.bearer_tokens), inherited; -1: no authentication

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
+from sie.bearer_tokens import read_shared_tokens
 from sie.frontend import h11_writes
 from sie.frontend.app import build_app
 from sie.frontend.devices import DeviceClient
@@ -32,7 +33,6 @@ from sie.shm.control import ControlBlock
 from sie.shm.doorbell import EventFd
 from sie.shm.names import Namespace
 from sie.specs import FrontendSpec
-from sie.tokens import read_shared_tokens
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ import time
 
 import msgspec
 
+from sie.bearer_tokens import load_tokens, share_tokens
 from sie.catalog_defaults import with_server_defaults
 from sie.catalog_report import log_catalog
 from sie.model_config import Catalog, ModelConfigError, preload_names
@@ -35,7 +36,6 @@ from sie.supervisor.catalog_source import CatalogSource
 from sie.supervisor.children import Child, resolve_devices
 from sie.supervisor.resources import SharedResources
 from sie.supervisor.systemd import inherited_socket, sd_notify
-from sie.tokens import load_tokens, share_tokens
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from sie.bearer_tokens import load_tokens, parse_tokens, read_shared_tokens, share_tokens
 from sie.frontend.app import build_app
 from sie.frontend.auth import is_valid_token
 from sie.frontend.operations import Operations
 from sie.frontend.state import FrontendState
 from sie.settings import Settings, load_settings
-from sie.tokens import load_tokens, parse_tokens, read_shared_tokens, share_tokens
 from tests.frontend.test_app import MINILM, FakeDevices, catalog
 
 TOKENS = ["tok-alpha", "tok-beta"]
