@@ -1,8 +1,9 @@
 """Running a batch through out-of-memory: smaller pieces, then less company, then a clean refusal.
 
-When a forward runs out of device memory, the cached blocks are freed and the batch is retried in
-halves (recursively: activations shrink with the batch). A single item that still does not fit
-gets one more try after another model is unloaded. Only the items that fail even then are
+When a forward runs out of device memory, the cached blocks are freed and the batch is retried
+once as it was (an allocator's fragmentation often clears with its cache, as SIE's ladder assumes
+too), then in halves (recursively: activations shrink with the batch). A single item that still
+does not fit gets one more try after another model is unloaded. Only the items that fail even then are
 refused (503 RESOURCE_EXHAUSTED, Retry-After 5); the rest of the batch is answered as usual, and
 the device process goes on.
 """
@@ -50,7 +51,7 @@ def run_recovering(
     Any other exception propagates: it is not a matter of size.
     """
     attempt = _Attempt(forward, free_cache, evict_other)
-    message = attempt.run(batch)
+    message = attempt.run(batch, again=True)
     if not attempt.pieces:
         return Recovered(None, None, attempt.failed, message)
     items = [item for piece, _ in attempt.pieces for item in piece.items]
@@ -67,12 +68,19 @@ class _Attempt:
     pieces: list[tuple[Batch, dict[ResultKind, Output]]] = field(default_factory=list)
     failed: list[PendingItem] = field(default_factory=list)
 
-    def run(self, batch: Batch) -> str:
-        """Run `batch` into `pieces`, or its items into `failed`; the last out-of-memory message."""
+    def run(self, batch: Batch, again: bool = False) -> str:
+        """Run `batch` into `pieces`, or its items into `failed`; the last out-of-memory message.
+        `again`: after a failure and the cache freed, try the same batch once more before halving."""
         message = self._try(batch)
         if not message:
             return ""
         self.free_cache()
+        if again:
+            log.warning("out of memory; retrying with the cache freed", extra={"items": len(batch.items)})
+            message = self._try(batch)
+            if not message:
+                return ""
+            self.free_cache()
         if len(batch.items) > 1:
             log.warning("out of memory; retrying in halves", extra={"items": len(batch.items)})
             half = len(batch.items) // 2

@@ -1,4 +1,5 @@
-"""Out-of-memory recovery with an injected allocation failure: halves, eviction, then refusal."""
+"""Out-of-memory recovery with an injected allocation failure: the same batch again, halves, eviction,
+then refusal."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def batch_of(lengths: list[int], requests: list[int] | None = None) -> Batch:
 class Device:
     """A forward that fails to allocate above `budget` tokens; the budget grows on eviction."""
 
-    def __init__(self, budget: int, freed_by_eviction: int = 0) -> None:
+    def __init__(self, budget: int, freed_by_eviction: int = 0, transient: int = 0) -> None:
         self.budget = budget
+        self.transient = transient  # forwards that fail whatever their size (fragmentation)
         self.freed = freed_by_eviction
         self.calls: list[int] = []
         self.frees = 0
@@ -46,6 +48,9 @@ class Device:
 
     def forward(self, batch: Batch) -> dict[ResultKind, Output]:
         self.calls.append(len(batch.items))
+        if self.transient:
+            self.transient -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
         if batch.n_tokens > self.budget:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         rows = np.array([[float(item.input_ids[0])] for item in batch.items], np.float32)
@@ -76,7 +81,7 @@ def test_a_batch_that_fits_runs_once() -> None:
 def test_out_of_memory_retries_in_halves_and_keeps_every_row_with_its_item() -> None:
     device = Device(budget=25)
     got = run(device, batch_of([10, 10, 10, 10]))
-    assert device.calls == [4, 2, 2] and device.frees == 1
+    assert device.calls == [4, 4, 2, 2] and device.frees == 2
     assert got.failed == [] and got.done is not None and got.outputs is not None
     assert [item.item_index for item in got.done.items] == [0, 1, 2, 3]
     assert got.outputs[ResultKind.DENSE].values[:, 0].tolist() == [0, 1, 2, 3]
@@ -85,9 +90,18 @@ def test_out_of_memory_retries_in_halves_and_keeps_every_row_with_its_item() -> 
 def test_a_single_item_too_big_evicts_another_model_then_runs() -> None:
     device = Device(budget=15, freed_by_eviction=100)
     got = run(device, batch_of([10, 40]))
-    assert device.calls == [2, 1, 1, 1] and device.evictions == 1
+    assert device.calls == [2, 2, 1, 1, 1] and device.evictions == 1
     assert got.failed == [] and got.outputs is not None
     assert got.outputs[ResultKind.DENSE].values[:, 0].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("n_items", [1, 4])
+def test_a_failure_the_freed_cache_cures_runs_the_batch_again_whole(n_items: int) -> None:
+    device = Device(budget=100, transient=1)
+    got = run(device, batch_of([10] * n_items))
+    assert device.calls == [n_items, n_items] and device.frees == 1 and device.evictions == 0
+    assert got.failed == [] and got.outputs is not None
+    assert got.outputs[ResultKind.DENSE].values[:, 0].tolist() == list(range(n_items))
 
 
 def test_only_the_items_that_never_fit_are_refused() -> None:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 TOO_LONG = 40  # code points: sie-fake:small-a fails to allocate for a forward over this many
 SLOW_LOAD_S = 1.0
-MODELS = ["sie-fake", "sie-fake:small-a", "sie-fake:oom-3rd", "sie-fake:slow-load"]
+MODELS = ["sie-fake", "sie-fake:small-a", "sie-fake:oom-3rd", "sie-fake:slow-load", "sie-fake:small-b"]
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +27,7 @@ def server() -> Iterator[Server]:
     faults = {
         "sie-fake:small-a": {"oom_over_tokens": TOO_LONG},
         "sie-fake:slow-load": {"slow_load_s": SLOW_LOAD_S},
+        "sie-fake:small-b": {"oom_on_dispatch": 2},
     }
     started = Server(
         "--models",
@@ -99,6 +100,14 @@ def test_the_third_forward_failing_is_recovered_in_halves(server: Server) -> Non
     texts = ["one", "two", "three", "four"]  # the 3rd forward: fails whole, answered in halves
     np.testing.assert_array_equal(
         dense(encode(server, "sie-fake:oom-3rd", texts)), dense(encode(server, "sie-fake", texts))
+    )
+
+
+def test_a_single_item_whose_forward_fails_once_is_answered_by_the_retry(server: Server) -> None:
+    # As SIE's ladder: the cache freed, the same batch again, before any split or refusal.
+    wait_until(lambda: encode(server, "sie-fake:small-b", ["first"]).status_code == 200, 15, "small-b loaded")
+    np.testing.assert_array_equal(
+        dense(encode(server, "sie-fake:small-b", ["second"])), dense(encode(server, "sie-fake", ["second"]))
     )
 
 
