@@ -19,7 +19,7 @@ from sie.frontend.exposition import ServerCollector
 from sie.frontend.instance import HEADER as INSTANCE_HEADER
 from sie.frontend.instance import instance_id
 from sie.frontend.observe import RequestObserver
-from sie.frontend.routes import encode, extract, health, metrics, models, openai, openapi, score
+from sie.frontend.routes import audio, encode, extract, health, metrics, models, openai, openapi, score
 from sie.frontend.state import FrontendState
 from sie.version import __version__
 
@@ -28,6 +28,7 @@ ROUTES = [
     Route("/v1/score/{model:path}", score.score_route, methods=["POST"]),
     Route("/v1/extract/{model:path}", extract.extract_route, methods=["POST"]),
     Route("/v1/embeddings", openai.embeddings, methods=["POST"]),
+    Route("/v1/audio/transcriptions", audio.transcriptions, methods=["POST"]),
     Route("/v1/rerank", score.rerank, methods=["POST"]),
     Route("/v2/rerank", score.rerank_v2, methods=["POST"]),
     Route("/v1/models", models.list_models, methods=["GET"]),

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sie.metrics.recorders import FrontendRecorder
 
 # Routes whose total time is a request's latency; probes and scrapes would only dilute it.
-_TIMED_ROUTES = frozenset({"encode", "score", "extract", "embeddings", "rerank"})
+_TIMED_ROUTES = frozenset({"encode", "score", "extract", "embeddings", "rerank", "transcriptions"})
 SERVER_HEADER = (b"server", f"sie/{__version__}".encode())
 
 

@@ -15,6 +15,7 @@ ROUTES = (
     "extract",
     "embeddings",
     "rerank",
+    "transcriptions",
     "models",
     "health",
     "metrics",
@@ -76,6 +77,8 @@ def bucket(bounds: tuple[float, ...], value: float) -> int:
 
 def route_of(path: str) -> str:
     """The route label of a request path (the model part of the path never becomes a label)."""
+    if path == "/v1/audio/transcriptions":
+        return "transcriptions"
     if path.startswith("/v1/"):
         head = path[4:].split("/", 1)[0]
         return head if head in _ROUTE_INDEX else "other"

@@ -23,6 +23,8 @@ from sie.metrics.labels import (
         ("/v1/score/x", "score"),
         ("/v1/extract/a/b", "extract"),
         ("/v1/embeddings", "embeddings"),
+        ("/v1/audio/transcriptions", "transcriptions"),
+        ("/v1/audio/translations", "other"),
         ("/v1/rerank", "rerank"),
         ("/v2/rerank", "rerank"),
         ("/v1/models/any/model", "models"),
