@@ -63,8 +63,8 @@ class WeightsSource:
                 yield folder
             return
         with self._held(config.hf_id, config.hf_revision) as folder:
-            if not (folder / "tokenizer.json").is_file():
-                self._fetch_tokenizers(config)
+            # Even beside the folder's own tokenizer.json: a GLiNER bi-encoder's labels tokenizer.
+            self._fetch_tokenizers(config)
             yield folder
 
     def _fetch_tokenizers(self, config: ModelConfig) -> None:

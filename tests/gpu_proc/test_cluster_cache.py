@@ -244,3 +244,27 @@ def test_weights_come_from_the_local_cache_then_the_cluster_then_not_at_all(
     ):
         pass
     assert repo_folder("org/served") in {p.name for p in cache.iterdir()}
+
+
+def test_a_models_tokenizer_repositories_come_with_it_beside_its_own_tokenizer(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A GLiNER bi-encoder's folder has its text tokenizer; its labels tokenizer is another repository.
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    source = model_folder(tmp_path / "source")
+    (source / "tokenizer.json").write_text("{}")
+    store.upload("org/bi", source)
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "tokenizer.json").write_text('{"labels": true}')
+    commit = store.upload("org/labels", labels)
+    weights = WeightsSource(
+        ClusterCache(store.url), lambda root: DiskCache(root, enabled=False), set, hub_allowed=False
+    )
+    raw = {"sie_id": "bi", "hf_id": "org/bi", "adapter": "dense"}
+    config = parse_model_config({**raw, "hf_tokenizer_dependencies": {"org/labels": commit}})
+    with weights.open(config):
+        pass
+    folder = local_snapshot("org/labels", commit, cache)
+    assert folder is not None and same_files(labels, folder)
