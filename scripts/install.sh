@@ -35,6 +35,9 @@ extras=""
 # GLiClass's model code (the gliclass family). Without its dependencies: it declares scikit-learn,
 # which none of its imported modules use; torch, transformers (>= 5), numpy and tqdm are ours already.
 .venv/bin/python -m pip install -q --no-deps "gliclass==0.1.21"
+# GLiNER2's model classes (the gliner2 family loads its checkpoints through them; SIE 0.10.1 pins
+# gliner2<2). Without its dependencies: gliner, peft, pydantic and requests are here already.
+.venv/bin/python -m pip install -q --no-deps "gliner2==1.3.1"
 
 if [ "${1:-}" = "--test" ]; then
   py312=""

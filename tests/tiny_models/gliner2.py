@@ -1,0 +1,89 @@
+"""A tiny random-weight GLiNER2 (fastino's schema extractor) with MiniLM's real tokenizer, built offline.
+
+The `gliner2` package (1.x) builds the Extractor from its config (encoder config inline, tokenizer
+from the folder, so nothing is fetched) and saves it as the published checkpoints are laid out:
+config.json, encoder_config/config.json, model.safetensors, and the tokenizer with GLiNER2's added
+marker tokens ([P], [E], [L], ...).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+MAX_WIDTH = 4
+# Words a text may have (SIE hands a GLiNER2 model its YAML's max_sequence_length as gliner2's
+# max_len, in words): small enough that a window's row fits BERT's 512 absolute positions.
+MAX_WORDS = 128
+ENCODER: dict[str, Any] = {
+    "vocab_size": 30522,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "max_position_embeddings": 512,
+}
+# Which count the random count head predicts: 0 would mean "nothing to extract" for every schema.
+FAVOURED_COUNT = 2
+# Span vectors are scaled so the random span scores spread over (0, 1) instead of sitting at 0.5.
+SPAN_SCALE = 6.0
+
+
+def make_gliner2(folder: Path, seed: int = 0) -> Path:
+    """Write a saved GLiNER2 into `folder` and return it."""
+    import contextlib
+    import io
+
+    import torch
+    from gliner2 import GLiNER2
+    from gliner2.model import ExtractorConfig
+    from transformers import AutoTokenizer, BertConfig
+
+    from tests.integration.reference import minilm_dir
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(minilm_dir() / name, folder / name)
+    config = ExtractorConfig(model_name=str(folder), max_width=MAX_WIDTH, counting_layer="count_lstm")
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    with contextlib.redirect_stdout(io.StringIO()):  # gliner2 prints its config banner
+        model = GLiNER2(config, encoder_config=BertConfig(**ENCODER), tokenizer=tokenizer)
+    _calibrate(model)
+    model.save_pretrained(str(folder))
+    model.processor.tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def model_yaml_gliner2(sie_id: str, folder: Path) -> dict[str, Any]:
+    return {
+        "sie_id": sie_id,
+        "weights": {"path": str(folder)},
+        "tasks": {"extract": {}},
+        "max_sequence_length": MAX_WORDS,
+        "adapter": "gliner2",
+    }
+
+
+def load_reference(folder: Path) -> Any:
+    """The gliner2 package's own GLiNER2 on the saved weights (float32, CPU, eval)."""
+    import contextlib
+    import io
+
+    from gliner2 import GLiNER2
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        model = GLiNER2.from_pretrained(str(folder), map_location="cpu")
+    return model.eval()
+
+
+def _calibrate(model: Any) -> None:
+    """Make the random heads say something: a count above 0, and span scores away from 0.5."""
+    import torch
+
+    with torch.no_grad():
+        model.count_pred[-1].bias[FAVOURED_COUNT] += 10.0
+        model.span_rep.span_rep_layer.out_project[-1].weight.mul_(SPAN_SCALE)
+        model.classifier[-1].weight.mul_(SPAN_SCALE)
