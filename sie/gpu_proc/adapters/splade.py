@@ -1,11 +1,14 @@
 """SPLADE learned sparse encoders: a masked-LM head read as one weight per vocabulary term.
 
-weight[term] = max over the item's tokens of log(1 + relu(logit[token, term])). The result is the
-item's non-zero terms, as (vocabulary index, weight) pairs in ascending index order.
+weight[term] = max over the item's tokens of log(1 + relu(logit[token, term])), or of
+log(1 + log(1 + relu(...))) where the folder's sentence-transformers SpladePooling says `log1p_relu`
+(OpenSearch's v3 encoders). The result is the item's non-zero terms, as (vocabulary index, weight)
+pairs in ascending index order.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,8 +35,9 @@ if TYPE_CHECKING:
 class SpladeAdapter:
     kinds = frozenset({ResultKind.SPARSE})
 
-    def __init__(self, model: PreTrainedModel, *, name: str) -> None:
+    def __init__(self, model: PreTrainedModel, *, name: str, is_log1p_relu: bool = False) -> None:
         self.name = name
+        self.is_log1p_relu = is_log1p_relu  # one more log1p on top of log1p(relu)
         self.device = model.device
         self.dtype = model.dtype
         self.vocab_size = int(model.config.vocab_size)
@@ -55,7 +59,7 @@ class SpladeAdapter:
         from transformers import AutoModelForMaskedLM  # deferred: importing transformers is slow
 
         model = load_model(AutoModelForMaskedLM, config, weights_dir, device, profile)
-        return cls(model, name=config.sie_id)
+        return cls(model, name=config.sie_id, is_log1p_relu=pooling_activation(weights_dir) == "log1p_relu")
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         # `inputs.is_query` is ignored on purpose: SPLADE-tiny (like SPLADE v2/v3 "ensembledistil")
@@ -76,7 +80,7 @@ class SpladeAdapter:
             item = torch.arange(len(real), device=real.device)[:, None].expand_as(real)[real]
             best = logits.new_full((len(real), logits.shape[1]), float("-inf"))
             best.scatter_reduce_(0, item[:, None].expand_as(logits), logits, "amax")
-            return best.relu_().log1p_()
+            return self._activate(best)
 
     def term_weights(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
@@ -94,7 +98,12 @@ class SpladeAdapter:
             # filled in place, since the logits are by far the largest tensor of the batch.
             padding = (attention_mask == 0).unsqueeze(-1)
             best = logits.masked_fill_(padding, float("-inf")).amax(dim=1)
-            return best.relu_().log1p_()
+            return self._activate(best)
+
+    def _activate(self, best: torch.Tensor) -> torch.Tensor:
+        """The per-term max logits, in place, to weights (monotone, so it commutes with the max)."""
+        weights = best.relu_().log1p_()
+        return weights.log1p_() if self.is_log1p_relu else weights
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
@@ -104,6 +113,17 @@ class SpladeAdapter:
         self._encoder = None  # it holds the encoder's modules too
         self._head = None
         release(self.device)
+
+
+def pooling_activation(folder: Path) -> str:
+    """The activation of the folder's sentence-transformers SpladePooling module (`1_SpladePooling`,
+    or `document_1_SpladePooling` in an inference-free model's Router); "relu" when none says."""
+    for path in sorted(folder.glob("*SpladePooling/config.json")):
+        activation = json.loads(path.read_text(encoding="utf-8")).get("activation_function")
+        if activation not in (None, "relu", "log1p_relu"):
+            raise ValueError(f"{path}: SpladePooling activation {activation!r} is not relu or log1p_relu")
+        return str(activation or "relu")
+    return "relu"
 
 
 def sparse_output(weights: torch.Tensor) -> Output:

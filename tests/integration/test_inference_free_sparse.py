@@ -1,0 +1,113 @@
+"""Inference-free sparse retrieval end to end: SIE's own YAML for OpenSearch's doc-v3-distill, copied
+unchanged, served by a real server whose HF cache holds a tiny random-weight model at the pinned
+revision. Queries are IDF lookups in the frontend (answered before the model was ever loaded);
+documents run the masked LM on the device. Both against sentence-transformers' published recipe.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from tests.integration.server import REPO, Server, wait_until
+from tests.integration.wire import decode, encode
+from tests.tiny_models.inference_free_splade import make_inference_free_splade, reference_encoder
+
+pytestmark = pytest.mark.slow
+
+SIE_MODELS = REPO.parent / "shared" / "sie-catalog" / "models"
+MODEL = "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill"
+FILE = "opensearch-project__opensearch-neural-sparse-encoding-doc-v3-distill.yaml"
+QUERIES = ["what causes high blood pressure", "hi", "blood blood pressure"]
+DOCUMENTS = [
+    "Aspirin lowers the risk of stroke in patients with atrial fibrillation, a large trial found.",
+    "The quick brown fox jumps over the lazy dog.",
+]
+
+
+@dataclass(frozen=True)
+class Lab:
+    server: Server
+    weights: Path
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if not (SIE_MODELS / FILE).is_file():
+        pytest.skip("no SIE catalog data")
+    root = tmp_path_factory.mktemp("inference-free")
+    models = root / "models"
+    models.mkdir()
+    shutil.copy(SIE_MODELS / FILE, models / FILE)
+    sie = yaml.safe_load((models / FILE).read_text())
+    repo = root / "hf-home" / "hub" / f"models--{sie['hf_id'].replace('/', '--')}"
+    # DistilBERT, as the real checkpoint is; its SpladePooling says log1p_relu, as doc-v3 models do.
+    weights = make_inference_free_splade(repo / "snapshots" / sie["hf_revision"], is_distilbert=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sie["hf_revision"])
+    server = Server("--models-dir", str(models), "--local-cache", str(root / "hf-home"), frontends=1)
+    yield Lab(server.wait_ready(), weights)
+    assert server.stop() == 0, server.log()
+
+
+def sparse_of(texts: list[str], *, is_query: bool, as_json: bool, url: str) -> httpx.Response:
+    params = {"output_types": ["sparse"], "options": {"is_query": is_query}}
+    body = {"items": [{"text": t} for t in texts], "params": params}
+    return encode(url, MODEL, body, as_json=as_json)
+
+
+def assert_matches(payload: dict[str, Any], want: np.ndarray) -> None:
+    for item, row in zip(payload["items"], want, strict=True):
+        entry = item["sparse"]
+        indices = np.asarray(entry["indices"])
+        assert entry["dims"] == 30522
+        np.testing.assert_array_equal(indices, np.flatnonzero(row))
+        np.testing.assert_allclose(np.asarray(entry["values"], np.float32), row[indices], rtol=0, atol=1e-4)
+
+
+def model_state(lab: Lab) -> str:
+    response = httpx.get(f"{lab.server.url}/v1/models/{MODEL}", timeout=10)
+    assert response.status_code == 200, response.text
+    return str(response.json()["state"])
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
+def test_queries_are_idf_lookups_with_no_model_loaded(lab: Lab, as_json: bool) -> None:
+    if model_state(lab) != "available":
+        pytest.skip("a document test loaded the model first")
+    response = sparse_of(QUERIES, is_query=True, as_json=as_json, url=lab.server.url)
+    assert response.status_code == 200, response.text
+    want = reference_encoder(lab.weights).encode_query(
+        QUERIES, convert_to_tensor=True, convert_to_sparse_tensor=False
+    )
+    payload = decode(response)
+    assert_matches(payload, want.numpy())
+    assert payload["usage"]["input_tokens"] == 5 + 1 + 3  # no special tokens: IDF weighs the words alone
+    assert model_state(lab) == "available"  # the query never asked the device for the model
+
+
+def test_documents_run_the_masked_lm_on_the_device(lab: Lab) -> None:
+    def served() -> httpx.Response | None:
+        response = sparse_of(DOCUMENTS, is_query=False, as_json=True, url=lab.server.url)
+        if response.status_code == 200:
+            return response
+        assert response.status_code == 503 and response.json()["detail"]["code"] == "MODEL_LOADING"
+        return None
+
+    response = wait_until(served, 120, "the doc encoder loads and serves", interval_s=0.2)
+    reference = reference_encoder(lab.weights)
+    want = reference.encode_document(DOCUMENTS, convert_to_tensor=True, convert_to_sparse_tensor=False)
+    assert_matches(decode(response), want.numpy())
+    # Once loaded, queries are still lookups, the same as before.
+    queries = sparse_of(QUERIES, is_query=True, as_json=True, url=lab.server.url)
+    assert queries.status_code == 200, queries.text
+    want = reference.encode_query(QUERIES, convert_to_tensor=True, convert_to_sparse_tensor=False)
+    assert_matches(decode(queries), want.numpy())
