@@ -20,7 +20,7 @@ from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.common import ModelCodeRequired
 from sie.gpu_proc.adapters.dense import DenseAdapter
 from sie.gpu_proc.runner import Runner
-from sie.model_config import parse_model_config
+from sie.model_config import ModelConfigError, parse_model_config
 
 from .tiny import as_batch, random_items
 
@@ -130,3 +130,53 @@ def test_own_code_that_fails_on_import_fails_that_load(tmp_path: Path) -> None:
     folder = broken
     with pytest.raises(RuntimeError, match="modeling file is broken"):
         load_adapter(_config(trusted=True), folder, "cpu")  # type: ignore[arg-type]
+
+
+def _code_repo(cache: Path, repo: str, revision: str, modeling: str) -> None:
+    """A code repository's snapshot in a Hugging Face cache, as `hf download` leaves it."""
+    snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "configuration_toy.py").write_text(CONFIGURATION)
+    (snapshot / "modeling_toy.py").write_text(modeling)
+
+
+def test_code_revision_pins_the_code_repository_an_auto_map_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # jina-colbert-v2's config.json takes its model class from another repository
+    # (`jinaai/xlm-roberta-flash-implementation--...`); SIE's YAML pins that repository's commit
+    # (`loadtime.code_revision`). Two commits of the code, computing differently: the pinned one runs.
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as the supervisor sets it without --hf-fallback
+    old, new = "a" * 40, "b" * 40
+    _code_repo(cache, "tiny/toy-code", old, MODELING)
+    _code_repo(cache, "tiny/toy-code", new, MODELING.replace("torch.tanh(", "torch.sigmoid("))
+    folder = _fabricate(tmp_path / "toy")
+    for name in ("configuration_toy.py", "modeling_toy.py"):
+        (folder / name).unlink()  # the folder holds weights only; its code is the other repository's
+    saved = json.loads((folder / "config.json").read_text())
+    saved["auto_map"] = {key: f"tiny/toy-code--{value}" for key, value in AUTO_MAP.items()}
+    (folder / "config.json").write_text(json.dumps(saved))
+    items = random_items(5, seed=4)
+
+    def encode(revision: str) -> np.ndarray:
+        loadtime = {"trust_remote_code": True, "code_revision": revision}
+        profile = {
+            "adapter": "dense",
+            "adapter_options": {"loadtime": loadtime, "runtime": {"pooling": "mean"}},
+        }
+        config = parse_model_config({"sie_id": "tiny/toy", "profiles": {"default": profile}})
+        adapter = load_adapter(config, folder, "cpu")
+        return Runner(torch.device("cpu")).run_dense(adapter, as_batch(items))  # type: ignore[arg-type]
+
+    with_old, with_new = encode(old), encode(new)
+    assert (with_old < 0).any()  # tanh: the old code's output
+    assert (with_new > 0).all()  # sigmoid: the new code's
+    assert np.abs(with_old - with_new).max() > 1e-2
+    # A commit not in the cache: the error says how to put it there (nothing is looked for online).
+    with pytest.raises(ModelConfigError, match=r"hf download tiny/toy-code --revision c{40}"):
+        encode("c" * 40)

@@ -42,6 +42,8 @@ def from_pretrained(auto_class: Any, weights_dir: Path, dtype: torch.dtype, **kw
     """`auto_class.from_pretrained` from a local folder with the configured attention backend
     (SIE_ATTENTION_BACKEND, sie.gpu_proc.attention), or the next one down where the model lacks it."""
     refuse_unrequested_model_code(auto_class, weights_dir, bool(kwargs.get("trust_remote_code")))
+    if kwargs.get("code_revision"):
+        fetch_code_repositories(weights_dir, str(kwargs["code_revision"]))
     model: PreTrainedModel
     for implementation in attention.candidates(dtype, torch.cuda.is_available())[:-1]:
         try:
@@ -71,6 +73,21 @@ def refuse_unrequested_model_code(auto_class: Any, weights_dir: Path, trusted: b
             f"{weights_dir} ships its own code for {name} ({auto_map[name]}); set "
             "`trust_remote_code: true` in the model's YAML loadtime options to run it"
         )
+
+
+def fetch_code_repositories(weights_dir: Path, revision: str) -> None:
+    """The repositories a folder's `auto_map` takes code from (`org/code--module.Class`), at the
+    pinned revision, in the local Hugging Face cache: found there, or downloaded with --hf-fallback,
+    or a ModelConfigError that says how to put them there."""
+    from sie.model_config import hf_snapshot
+
+    try:
+        auto_map = json.loads((weights_dir / "config.json").read_text()).get("auto_map") or {}
+    except (OSError, ValueError):
+        return
+    references = [v for value in auto_map.values() for v in (value if isinstance(value, list) else [value])]
+    for repo in sorted({str(ref).split("--")[0] for ref in references if ref and "--" in str(ref)}):
+        hf_snapshot(repo, revision)
 
 
 class ModelCodeRequired(RuntimeError):
@@ -148,14 +165,19 @@ class HeldModel:
 
 class BaseEncoder:
     """A model's base encoder (e.g. `model.bert`), run padding-free when its architecture allows
-    (see `packed.py`) and through its own padded forward otherwise. Heads run on the result."""
+    (see `packed.py`) and through its own padded forward otherwise. Heads run on the result.
 
-    def __init__(self, base: torch.nn.Module) -> None:
+    A decoder made `bidirectional` (`make_bidirectional`) attends both ways: the packed forward
+    reads that from its configuration, and the padded forward is also told `is_causal=False`, the
+    argument a model's own bidirectional code (GritLM's) takes."""
+
+    def __init__(self, base: torch.nn.Module, *, bidirectional: bool = False) -> None:
         self._base = base
         self._packed: PackedEncoder | PackedDecoder | None = PackedEncoder.wrap(base) or PackedDecoder.wrap(
             base
         )
         self._takes_token_types = takes_token_types(base)
+        self._forward_kwargs = {"is_causal": False} if bidirectional else {}
 
     @property
     def is_padding_free(self) -> bool:
@@ -169,21 +191,38 @@ class BaseEncoder:
         with torch.inference_mode():
             if self._packed is not None:
                 return self._packed.hidden_states(inputs.input_ids, inputs.lengths, types, key_mask)
-            extra = {} if types is None else {"token_type_ids": types}
+            extra: dict[str, Any] = dict(self._forward_kwargs)
+            if types is not None:
+                extra["token_type_ids"] = types
             mask = inputs.attention_mask if key_mask is None else key_mask
             output = self._base(input_ids=inputs.input_ids, attention_mask=mask, **extra)
             hidden: torch.Tensor = output.last_hidden_state
             return hidden
 
 
+def make_bidirectional(model: PreTrainedModel) -> None:
+    """A decoder run with bidirectional attention (SIE's `forward_kwargs: {is_causal: false}`):
+    transformers' decoders then build a padding-only mask instead of the causal one, and so does
+    the packed forward (`PackedDecoder`)."""
+    model.config.is_causal = False
+
+
 def loading_options(config: ModelConfig, profile: str | None = None) -> dict[str, Any]:
     """from_pretrained's keyword arguments that a model's YAML decides: `config_kwargs` (overrides of
     config.json's attributes) and `trust_remote_code`, which runs modeling code shipped in the weights
-    folder. Only a YAML grants the latter; no request can."""
+    folder. Only a YAML grants the latter; no request can.
+
+    `code_revision` pins the code a folder's `auto_map` takes from another repository
+    (`org/code--module.Class`, as jina-colbert-v2 names jinaai/xlm-roberta-flash-implementation):
+    transformers reads that repository's files at this commit from the local Hugging Face cache
+    (`fetch_code_repositories` makes sure they are there), instead of its main branch. Code in the
+    folder itself is the folder's revision, pinned by `hf_revision`."""
     loadtime = config.profile(profile).adapter_options.loadtime
     options: dict[str, Any] = dict(loadtime.get("config_kwargs") or {})
     if loadtime.get("trust_remote_code") is True:
         options["trust_remote_code"] = True
+        if loadtime.get("code_revision"):
+            options["code_revision"] = str(loadtime["code_revision"])
     return options
 
 

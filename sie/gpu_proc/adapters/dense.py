@@ -1,5 +1,6 @@
 """Dense bi-encoders: BERT-family encoders (BERT, RoBERTa/XLM-R, MPNet, ModernBERT, ...) and decoder
-embedders (Qwen3-Embedding, e5-mistral, ...: causal, last-token pooling).
+embedders (Qwen3-Embedding, e5-mistral, ...: causal, last-token pooling; GritLM: bidirectional,
+mean pooling, the profile's `loadtime.bidirectional`).
 
 Everything transformers' `AutoModel` loads as a model returning `last_hidden_state` fits here;
 the profile chooses pooling and precision, and a sentence-transformers folder's Dense modules run
@@ -17,6 +18,7 @@ from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     load_model,
+    make_bidirectional,
     place,
     release,
     rows_output,
@@ -43,6 +45,7 @@ class DenseAdapter:
         name: str,
         pooling: Pooling,
         head: torch.nn.Sequential | None = None,
+        bidirectional: bool = False,
     ) -> None:
         self.name = name
         self.pooling: Pooling = pooling
@@ -52,7 +55,7 @@ class DenseAdapter:
         self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         self._model: PreTrainedModel | None = model
         self._head = head  # the Dense modules after pooling, in the model's dtype and device
-        self._encoder: BaseEncoder | None = BaseEncoder(model)
+        self._encoder: BaseEncoder | None = BaseEncoder(model, bidirectional=bidirectional)
         self.is_padding_free = self._encoder.is_padding_free
         self._memory_bytes = tensor_bytes(model) + (0 if head is None else tensor_bytes(head))
 
@@ -66,12 +69,17 @@ class DenseAdapter:
         # A decoder would fill a KV cache every forward that no later call reads.
         model.config.use_cache = False
         options = config.profile(profile).adapter_options
+        bidirectional = options.loadtime.get("bidirectional") is True
+        if bidirectional:  # GritLM: a Mistral decoder attending both ways
+            make_bidirectional(model)
         hidden_size = int(model.config.hidden_size)
         head = load_head(weights_dir, hidden_size, options.loadtime.get("dense_projection_path"))
         if head is not None:
             head.to(dtype=model.dtype)
             place(head, model.device)
-        return cls(model, name=config.sie_id, pooling=options.runtime.pooling, head=head)
+        return cls(
+            model, name=config.sie_id, pooling=options.runtime.pooling, head=head, bidirectional=bidirectional
+        )
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         """Pooled (and projected) float32 [n, dim], not normalized (the frontend normalizes)."""

@@ -1,11 +1,14 @@
-"""A padding-free forward for decoder embedders (Qwen2, Qwen3, Mistral, Llama): causal attention,
+"""A padding-free forward for decoder embedders (Qwen2, Qwen3, Mistral, Llama): causal attention
+(or bidirectional, where the model's configuration says `is_causal: false`, as GritLM runs Mistral),
 rotary positions, grouped-query attention.
 
 As for encoders (`packed.py`, whose packing plan this reuses), every projection, norm and MLP runs
 once over the batch's real tokens as one `[tokens, hidden]` stream; attention alone works on small
 padded blocks of sequences of similar length, with a causal (and, where the model has one, a
-sliding-window) mask. Rotary positions count from each sequence's own start. The weights are the
-Hugging Face model's own modules, so any checkpoint of these architectures runs unchanged.
+sliding-window) mask; a bidirectional model masks only the padding keys (and, with a window,
+keys farther than the window on either side, as transformers' bidirectional sliding-window mask).
+Rotary positions count from each sequence's own start. The weights are the Hugging Face model's
+own modules, so any checkpoint of these architectures runs unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class PackedDecoder:
         self._heads = int(config.num_attention_heads)
         self._kv_heads = int(getattr(config, "num_key_value_heads", None) or self._heads)
         self._head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self._heads)
+        self._causal = getattr(config, "is_causal", True) is not False
         self._windows = [_window(layer.self_attn, config) for layer in base.layers]
 
     @staticmethod
@@ -50,7 +54,7 @@ class PackedDecoder:
         token_type_ids: torch.Tensor | None = None,
         key_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Last hidden states [n, L, hidden], zero on padding, equal to the padded causal forward's."""
+        """Last hidden states [n, L, hidden], zero on padding, equal to the padded forward's."""
         if key_mask is not None:
             raise ValueError("decoder embedders attend to every earlier token: no key mask")
         packing = plan(lengths, input_ids.shape[1], None, input_ids.device)
@@ -59,7 +63,7 @@ class PackedDecoder:
         positions = stream_positions(packing, input_ids)
         cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]
         rotary = (cos[0, :, None, :], sin[0, :, None, :])
-        masks = _Masks(input_ids.device)
+        masks = _Masks(input_ids.device, causal=self._causal)
         for layer, window in zip(self._base.layers, self._windows, strict=True):
             attended = self._attend(
                 layer.self_attn, layer.input_layernorm(flat), rotary, packing, masks, window
@@ -90,7 +94,7 @@ class PackedDecoder:
         if packing.uniform:
             n, length = packing.shape
             blocks = (t.view(n, length, -1, d).transpose(1, 2) for t in (q, k, v))
-            out = _causal_attention(blocks, masks.window(length, window), gqa)
+            out = _attention(blocks, masks.window(length, window), gqa, causal=self._causal)
             return attention.o_proj(out.transpose(1, 2).reshape(tokens, self._heads * d))
         # Row `tokens` of each padded copy is zeros: what padding positions gather.
         q, k, v = (torch.cat([t, t.new_zeros((1, *t.shape[1:]))]) for t in (q, k, v))
@@ -100,37 +104,47 @@ class PackedDecoder:
             blocks = (
                 t.index_select(0, group.index).view(g, length, -1, d).transpose(1, 2) for t in (q, k, v)
             )
-            # Right padding: a real row's causal past holds only real tokens, so no key mask is
-            # needed; the padding rows' results are dropped below.
-            out = _causal_attention(blocks, masks.window(length, window), gqa)
+            # Right padding: a real row's causal past holds only real tokens, so a causal model needs
+            # no key mask; a bidirectional one masks the padding keys. Padding rows are dropped below.
+            mask = masks.window(length, window)
+            if not self._causal:
+                keys = group.keys[:, None, None, :]
+                mask = keys if mask is None else keys & mask
+            out = _attention(blocks, mask, gqa, causal=self._causal)
             rows = out.transpose(1, 2).reshape(g * length, self._heads * d).index_select(0, group.real)
             context.index_copy_(0, group.rows, rows)
         return attention.o_proj(context)
 
 
-def _causal_attention(blocks: Any, window_mask: torch.Tensor | None, gqa: bool) -> torch.Tensor:
+def _attention(blocks: Any, mask: torch.Tensor | None, gqa: bool, *, causal: bool) -> torch.Tensor:
     q, k, v = blocks
-    if window_mask is None:  # SDPA's own causal kernels beat any explicit mask
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask, enable_gqa=gqa)
+    if mask is None:  # SDPA's own causal kernels beat any explicit mask
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
 class _Masks:
-    """Sliding-window causal masks by block length, made once per batch and shared by every layer."""
+    """Sliding-window masks by block length, made once per batch and shared by every layer."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, *, causal: bool) -> None:
         self._device = device
+        self._causal = causal
         self._made: dict[tuple[int, int], torch.Tensor] = {}
 
     def window(self, length: int, window: int | None) -> torch.Tensor | None:
-        """None when the window does not bind (plain causal attention)."""
-        if window is None or window >= length:
+        """None when the window does not bind (plain causal or full attention).
+
+        Causal: a key `distance` tokens back, 0 <= distance < window. Bidirectional: transformers'
+        rule, |distance| <= window, so a window binds only below length - 1."""
+        reach = length if self._causal else length - 1
+        if window is None or window >= reach:
             return None
         mask = self._made.get((length, window))
         if mask is None:
             rows = torch.arange(length, device=self._device)
             distance = rows[:, None] - rows[None, :]
-            mask = self._made[(length, window)] = (distance >= 0) & (distance < window)
+            near = (distance >= 0) & (distance < window) if self._causal else distance.abs() <= window
+            mask = self._made[(length, window)] = near
         return mask
 
 
