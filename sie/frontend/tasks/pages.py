@@ -1,0 +1,182 @@
+"""Encode and score for visual-document retrievers (ColPali): pages and queries as token vectors.
+
+A text item is a query: the model's query prompt around it (`PageRecipe.queries`), one device item
+of its tokens. An image is a page: decoded and resized here, sent as pixels with the prompt ids the
+model reads beside them, one device item each. An item's vectors are its tokens' (text) or its
+images' patches and prompt tokens, concatenated in image order (as SIE returns several pages of
+one item). MUVERA and normalization follow, as for ColBERT; `/v1/score` is MaxSim of a query's
+vectors against each item's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import numpy as np
+
+from sie.families import family_of
+from sie.frontend.colbert import maxsim
+from sie.frontend.media.images import decode_image
+from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.muvera import fde
+from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
+from sie.frontend.postprocess import l2_normalize
+from sie.frontend.state import FrontendState
+from sie.frontend.tasks.encode import Embedded, EmbedOptions
+from sie.frontend.tasks.images import ImageUnit, image_units
+from sie.frontend.tasks.score import Scored
+from sie.frontend.tokenize import Encoded
+from sie.frontend.wire import ImageInput, Item
+from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+
+_KINDS = {ResultKind.MULTIVECTOR}
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One image as the device takes it: pixels and the prompt ids read beside them."""
+
+    pixels: np.ndarray  # [H, W, 3] uint8, at the model's size
+    input_ids: np.ndarray  # int32, the image placeholders included
+
+
+class PageRecipe(Protocol):
+    """An architecture's prompts and image processing (sie.frontend.colpali, ...)."""
+
+    def queries(self, texts: Sequence[str]) -> Encoded: ...
+
+    def page(self, pixels: np.ndarray) -> Page: ...
+
+    def unit_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    vectors: list[np.ndarray]  # per item of the part, [tokens, dim] as the device gave them
+    input_tokens: int
+    prepare_ms: float
+    queue_ms: float
+    inference_ms: float
+
+
+async def embed_pages(
+    state: FrontendState,
+    name: str,
+    items: Sequence[Item],
+    texts: list[str],
+    options: EmbedOptions,
+    recipe: PageRecipe,
+) -> Embedded:
+    """Multi-vectors (and MUVERA's dense) of every item: images as pages, the others as queries."""
+    _, config = state.model(name)
+    key = lora_config_key(config, options.profile or config.default_profile_name, options.lora)
+    image_at = [i for i, item in enumerate(items) if item.images]
+    text_at = [i for i, item in enumerate(items) if not item.images]
+    pictures = [items[i].images or [] for i in image_at]
+    parts = await asyncio.gather(
+        _queries(state, name, [texts[i] for i in text_at], options.profile, key, recipe),
+        _pages(state, name, image_at, pictures, options.profile, key, recipe),
+    )
+    started = time.perf_counter()
+    raw: list[np.ndarray] = [np.empty(0)] * len(items)
+    for positions, part in zip((text_at, image_at), parts, strict=True):
+        for i, vectors in zip(positions, part.vectors, strict=True):
+            raw[i] = vectors
+    runtime = config.profile(options.profile).adapter_options.runtime
+    normalize = runtime.normalize if options.normalize is None else options.normalize
+    multivector = [l2_normalize(m) for m in raw] if normalize else raw
+    wanted = set(options.output_types)
+    dense = None
+    if "dense" in wanted and options.muvera is not None:
+        dense = fde(multivector, is_query=options.is_query, params=options.muvera)
+    return Embedded(
+        dense=dense,
+        sparse=None,
+        multivector=multivector if "multivector" in wanted else None,
+        sparse_dims=0,
+        input_tokens=sum(part.input_tokens for part in parts),
+        tokenization_ms=sum(part.prepare_ms for part in parts),
+        queue_ms=max(part.queue_ms for part in parts),
+        inference_ms=sum(part.inference_ms for part in parts),
+        postprocessing_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+async def _queries(
+    state: FrontendState, name: str, texts: list[str], profile: str | None, key: int, recipe: PageRecipe
+) -> _Part:
+    if not texts:
+        return _Part([], 0, 0.0, 0.0, 0.0)
+    slot, _ = admit(state, name, len(texts), profile)
+    encoded, tokenization_ms = await tokenize(lambda: recipe.queries(texts), len(texts))
+    submitted = await submit(state, slot, encoded, op=Op.ENCODE, kinds=_KINDS, key=key)
+    vectors = submitted.results.ragged[ResultKind.MULTIVECTOR]
+    return _Part(vectors, encoded.n_tokens, tokenization_ms, submitted.queue_ms, submitted.inference_ms)
+
+
+async def _pages(
+    state: FrontendState,
+    name: str,
+    positions: list[int],
+    images: list[list[ImageInput]],
+    profile: str | None,
+    key: int,
+    recipe: PageRecipe,
+) -> _Part:
+    if not positions:
+        return _Part([], 0, 0.0, 0.0, 0.0)
+    units = image_units(positions, images, state.settings.max_images_per_item)
+    slot, _ = admit(state, name, len(units), profile)
+    max_pixels = state.settings.max_image_pixels
+
+    def prepare(part: Sequence[ImageUnit]) -> Prepared:
+        pages = [recipe.page(decode_image(u.data, u.format, max_pixels, u.where).pixels) for u in part]
+        return Prepared(_page_batch(pages, slot, key), [None] * len(pages))
+
+    submitted = await submit_units(state, units, recipe.unit_bytes(), prepare)
+    per_image = [m for results, _ in submitted.parts for m in results.ragged[ResultKind.MULTIVECTOR]]
+    by_item: dict[int, list[np.ndarray]] = {}
+    for unit, matrix in zip(units, per_image, strict=True):  # units run item by item, image by image
+        by_item.setdefault(unit.item, []).append(matrix)
+    vectors = [np.concatenate(by_item[position]) for position in positions]
+    return _Part(vectors, 0, submitted.prepare_ms, submitted.queue_ms, submitted.inference_ms)
+
+
+def _page_batch(pages: list[Page], slot: int, key: int) -> TokenBatch:
+    lengths = np.array([len(page.input_ids) for page in pages], np.int32)
+    offsets = np.zeros(len(pages) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return TokenBatch(
+        req_id=0,
+        op=Op.ENCODE,
+        model_slot=slot,
+        offsets=offsets,
+        input_ids=np.concatenate([page.input_ids for page in pages]).astype(np.int32),
+        output_mask=mask_of(_KINDS),
+        config_key=key,
+        pixels=np.stack([page.pixels for page in pages]),
+    )
+
+
+async def score_pages(
+    state: FrontendState, name: str, query: Item, items: list[Item], *, profile: str | None, lora: str | None
+) -> Scored:
+    """MaxSim of the query's vectors (its text, or its images) against each item's."""
+    _, config = state.model(name)
+    runner = family_of(config.family).encode_function()
+    options = EmbedOptions(output_types=("multivector",), profile=profile, normalize=True, lora=lora)
+    query_side = await runner(state, name, [query], [query.text or ""], replace(options, is_query=True))
+    item_side = await runner(state, name, items, [item.text or "" for item in items], options)
+    assert query_side.multivector is not None and item_side.multivector is not None
+    scores = maxsim(query_side.multivector[0], item_side.multivector)
+    return Scored(
+        np.asarray(scores, np.float32),
+        query_side.input_tokens + item_side.input_tokens,
+        query_side.tokenization_ms + item_side.tokenization_ms,
+        max(query_side.queue_ms, item_side.queue_ms),
+        query_side.inference_ms + item_side.inference_ms,
+    )
