@@ -4,7 +4,8 @@ A GLiNER uni-encoder span model reads `[CLS] <<ENT>> label1 <<ENT>> label2 ... <
 where the words come from a regex splitter and each is tokenized on its own. It scores every span
 of up to `max_width` words against every label. The device returns those raw logits per item; this
 module builds the prompt exactly as the `gliner` package's processor does and decodes the logits as
-its `predict_entities` does (sigmoid, threshold, greedy choice of non-overlapping spans).
+its `predict_entities` does (sigmoid, threshold, greedy choice of non-overlapping spans). Joint
+entity-relation models add `<<REL>> relation ... <<SEP>>` to the prompt (sie/frontend/gliner_relex.py).
 
 The per-token `aux` sent with the ids is gliner's `words_mask`: the 1-based index of a text word on
 its selected sub-token (the first, with the usual `subtoken_pooling: first`), 0 elsewhere.
@@ -50,6 +51,7 @@ class GlinerSettings:
     max_width: int = 12
     max_len: int = 384  # words kept per text; gliner drops the rest
     subtoken_pooling: str = "first"
+    rel_token: str | None = None  # joint entity-relation ("relex") models only: the relation marker
 
     @classmethod
     def from_config(cls, raw: dict[str, Any]) -> GlinerSettings:
@@ -60,15 +62,21 @@ class GlinerSettings:
             max_width=int(raw.get("max_width", cls.max_width)),
             max_len=int(raw.get("max_len", cls.max_len)),
             subtoken_pooling=str(raw.get("subtoken_pooling") or cls.subtoken_pooling),
+            rel_token=str(raw.get("rel_token") or "<<REL>>") if is_relex(raw) else None,
         )
         if settings.subtoken_pooling not in SUBTOKEN_POOLINGS:
             raise ValueError(f"unknown GLiNER subtoken_pooling {settings.subtoken_pooling!r}")
         return settings
 
 
+def is_relex(raw: dict[str, Any]) -> bool:
+    """A joint entity-relation model: gliner builds one whenever the config names a relations layer."""
+    return raw.get("relations_layer") is not None
+
+
 def _check_architecture(raw: dict[str, Any]) -> None:
-    """Only the uni-encoder span model (gliner's UniEncoderSpanGLiNER) is served."""
-    unsupported = [key for key in ("labels_encoder", "labels_decoder", "relations_layer") if raw.get(key)]
+    """Only uni-encoder span models (gliner's UniEncoderSpanGLiNER and its relex kin) are served."""
+    unsupported = [key for key in ("labels_encoder", "labels_decoder") if raw.get(key)]
     if raw.get("span_mode") == "token_level":
         unsupported.append("span_mode: token_level")
     if raw.get("precomputed_prompts_mode"):
@@ -94,6 +102,9 @@ class GlinerPrompts:
                 f"tokenizer lacks GLiNER's {settings.ent_token!r} / {settings.sep_token!r} tokens"
             )
         self.ent_token_id = ent_id
+        self.rel_token_id = tokenizer.token_to_id(settings.rel_token) if settings.rel_token else None
+        if settings.rel_token and self.rel_token_id is None:
+            raise ValueError(f"tokenizer lacks GLiNER's {settings.rel_token!r} token")
 
     @classmethod
     def from_dir(cls, weights_dir: Path) -> GlinerPrompts:
@@ -110,15 +121,21 @@ class GlinerPrompts:
         return cls.from_dir(resolve_weights_dir(config))
 
     def encode(
-        self, texts: Sequence[str], labels: Sequence[str]
+        self, texts: Sequence[str], labels: Sequence[str], relation_labels: Sequence[str] = ()
     ) -> tuple[Encoded, list[list[tuple[int, int]]]]:
         """Token ids and words_mask (`aux`) per text, and the (start, end) characters of its words.
 
         Item i's words are those the model sees, so the device returns
-        `len(words[i]) * max_width * len(unique_labels(labels))` logits for it.
+        `len(words[i]) * max_width * len(unique_labels(labels))` logits for it (then, for a relex
+        model, its relation candidates: see sie.frontend.gliner_relex).
         """
         labels = self._checked_labels(labels)
+        relation_labels = self._checked_labels(relation_labels)
         prompt = prompt_words(labels, self.settings.ent_token, self.settings.sep_token)
+        if self.settings.rel_token is not None:  # gliner's relex prompt: a second part, even when empty
+            prompt += relation_words(relation_labels, self.settings.rel_token, self.settings.sep_token)
+        elif relation_labels:
+            raise ValueError("relation types for a GLiNER model without relations")
         words = [split_words(text, self.settings.max_len) for text in texts]
         batch = [
             prompt + [text[start:end] for start, end in spans]
@@ -127,29 +144,33 @@ class GlinerPrompts:
         encodings = self._tokenizer.encode_batch(batch, is_pretokenized=True, add_special_tokens=True)
         masks, kept = [], []
         for encoding, spans in zip(encodings, words, strict=True):
-            self._check_prompt(encoding, len(prompt), len(labels))
+            self._check_prompt(encoding, len(prompt), len(labels), len(relation_labels))
             mask, kept_words = words_mask(encoding.word_ids, len(prompt), self.settings.subtoken_pooling)
             masks.append(mask)
             kept.append([spans[w] for w in kept_words])
         return _flatten(encodings, masks), kept
 
     def _checked_labels(self, labels: Sequence[str]) -> list[str]:
-        markers = (self.settings.ent_token, self.settings.sep_token)
+        markers = tuple(
+            m for m in (self.settings.ent_token, self.settings.sep_token, self.settings.rel_token) if m
+        )
         if any(marker in label for label in labels for marker in markers):
             raise InvalidInput(f"labels must not contain GLiNER's marker tokens {markers}")
         return unique_labels(labels)
 
-    def _check_prompt(self, encoding: Encoding, n_prompt_words: int, n_labels: int) -> None:
-        # The device reads an item's label count from its <<ENT>> tokens; a prompt cut
-        # by the tokenizer's max length would disagree with the labels asked for.
+    def _check_prompt(self, encoding: Encoding, n_prompt_words: int, n_labels: int, n_relations: int) -> None:
+        # The device reads an item's label (relation) count from its <<ENT>> (<<REL>>) tokens; a
+        # prompt cut by the tokenizer's max length would disagree with the labels asked for.
         word_ids = encoding.word_ids
         has_sep = (n_prompt_words - 1) in word_ids
-        n_ent = sum(
-            1
+        in_prompt = [
+            token
             for token, word in zip(encoding.ids, word_ids, strict=True)
-            if token == self.ent_token_id and word is not None and word < n_prompt_words
-        )
-        if not has_sep or n_ent != n_labels:
+            if word is not None and word < n_prompt_words
+        ]
+        n_ent = in_prompt.count(self.ent_token_id)
+        n_rel = in_prompt.count(self.rel_token_id) if self.rel_token_id is not None else 0
+        if not has_sep or n_ent != n_labels or n_rel != n_relations:
             raise InvalidInput("the labels do not fit in the model's maximum input length")
 
 
@@ -166,6 +187,12 @@ def prompt_words(labels: Sequence[str], ent_token: str, sep_token: str) -> list[
             words.append(label)
     words.append(sep_token)
     return words
+
+
+def relation_words(relation_labels: Sequence[str], rel_token: str, sep_token: str) -> list[str]:
+    """The relex prompt's second part: `<<REL>> relation` per relation type, then <<SEP>>."""
+    words = [word for label in relation_labels for word in (rel_token, label)]
+    return [*words, sep_token]
 
 
 def split_words(text: str, max_len: int) -> list[tuple[int, int]]:
@@ -207,7 +234,7 @@ def words_mask(
 
 
 @dataclass(frozen=True, slots=True)
-class _Span:
+class Span:
     start: int  # first word
     end: int  # last word (inclusive)
     label: int
@@ -232,25 +259,32 @@ def decode(
     partial overlaps are skipped and nesting is allowed). Unless `multi_label`, a span gets one label.
     """
     labels = unique_labels(labels)
-    if n_words == 0 or not labels:
+    chosen = decode_spans(scores, n_words, len(labels), threshold, flat_ner, multi_label)
+    return [entity_of(span, labels, words, text) for span in chosen]
+
+
+def decode_spans(
+    scores: np.ndarray, n_words: int, n_labels: int, threshold: float, flat_ner: bool, multi_label: bool
+) -> list[Span]:
+    """The spans `decode` makes entities of, in order of their first word."""
+    if n_words == 0 or not n_labels:
         return []
-    logits = np.asarray(scores, dtype=np.float32).reshape(n_words, -1, len(labels))
+    logits = np.asarray(scores, dtype=np.float32).reshape(n_words, -1, n_labels)
     with np.errstate(over="ignore"):  # exp(88+) is inf in float32, and 1 / inf is the right 0
         probs = 1.0 / (1.0 + np.exp(-logits))
     starts, widths, classes = np.nonzero(probs > np.float32(threshold))
     inside = starts + widths < n_words
     starts, widths, classes = starts[inside], widths[inside], classes[inside]
     candidates = [
-        _Span(int(s), int(s + w), int(c), float(p))
+        Span(int(s), int(s + w), int(c), float(p))
         for s, w, c, p in zip(starts, widths, classes, probs[starts, widths, classes], strict=True)
     ]
-    chosen = _greedy(candidates, flat_ner, multi_label)
-    return [_entity(span, labels, words, text) for span in chosen]
+    return _greedy(candidates, flat_ner, multi_label)
 
 
-def _greedy(candidates: list[_Span], flat_ner: bool, multi_label: bool) -> list[_Span]:
+def _greedy(candidates: list[Span], flat_ner: bool, multi_label: bool) -> list[Span]:
     """gliner's greedy_search: best score first (ties in span order), then sorted by start."""
-    chosen: list[_Span] = []
+    chosen: list[Span] = []
     for span in sorted(candidates, key=lambda s: -s.score):
         if not any(_conflicts(span, other, flat_ner, multi_label) for other in chosen):
             chosen.append(span)
@@ -258,7 +292,7 @@ def _greedy(candidates: list[_Span], flat_ner: bool, multi_label: bool) -> list[
     return chosen
 
 
-def _conflicts(a: _Span, b: _Span, flat_ner: bool, multi_label: bool) -> bool:
+def _conflicts(a: Span, b: Span, flat_ner: bool, multi_label: bool) -> bool:
     if (a.start, a.end) == (b.start, b.end):
         return not multi_label
     apart = a.start > b.end or b.start > a.end
@@ -268,7 +302,7 @@ def _conflicts(a: _Span, b: _Span, flat_ner: bool, multi_label: bool) -> bool:
     return not (apart or nested)
 
 
-def _entity(span: _Span, labels: list[str], words: Sequence[tuple[int, int]], text: str) -> dict[str, Any]:
+def entity_of(span: Span, labels: list[str], words: Sequence[tuple[int, int]], text: str) -> dict[str, Any]:
     start, end = words[span.start][0], words[span.end][1]
     return {
         "text": text[start:end],

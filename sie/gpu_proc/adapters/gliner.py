@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
@@ -27,12 +28,15 @@ SERVED_CLASS = "UniEncoderSpanGLiNER"
 
 class GlinerAdapter:
     kinds = frozenset({ResultKind.TOKEN_SCORES})
+    served_class = SERVED_CLASS
 
     def __init__(self, gliner: Any, *, name: str) -> None:
         """`gliner`: a loaded `gliner.GLiNER` of the uni-encoder span kind."""
         kind = type(gliner).__name__
-        if kind != SERVED_CLASS:
-            raise ValueError(f"model '{name}': GLiNER variant {kind} not supported (only {SERVED_CLASS})")
+        if kind != self.served_class:
+            raise ValueError(
+                f"model '{name}': GLiNER variant {kind} not supported here (only {self.served_class})"
+            )
         tokenizer = gliner.data_processor.transformer_tokenizer
         self.name = name
         self._model: torch.nn.Module | None = gliner.model  # the torch module; `gliner` wraps it
@@ -56,6 +60,10 @@ class GlinerAdapter:
             str(weights_dir), local_files_only=True, map_location=device, dtype=dtype
         )
         place(gliner.model, torch_device)
+        if getattr(gliner.config, "relations_layer", None) is not None:  # joint entities and relations
+            from sie.gpu_proc.adapters.gliner_relex import GlinerRelexAdapter
+
+            return GlinerRelexAdapter(gliner, name=config.sie_id)
         return cls(gliner, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
@@ -72,6 +80,10 @@ class GlinerAdapter:
 
     def span_logits(self, inputs: ForwardInputs, n_words: list[int]) -> torch.Tensor:
         """[n, max words, max_width, max labels] logits, as gliner's forward returns them."""
+        return self.run_model(inputs, n_words).logits
+
+    def run_model(self, inputs: ForwardInputs, n_words: list[int], **extra: Any) -> Any:
+        """gliner's own forward over the candidate span grid; `extra` goes to it as is."""
         if self._model is None:
             raise RuntimeError(f"adapter for '{self.name}' is closed")
         # gliner never runs a text without words; one dummy word (a zero vector) keeps such an item's
@@ -79,7 +91,7 @@ class GlinerAdapter:
         lengths = [max(n, 1) for n in n_words]
         span_idx, span_mask = span_grid(lengths, self.max_width, inputs.input_ids.device)
         with torch.inference_mode():
-            output = self._model(
+            return self._model(
                 input_ids=inputs.input_ids,
                 attention_mask=inputs.attention_mask,
                 words_mask=inputs.aux,
@@ -87,20 +99,26 @@ class GlinerAdapter:
                 span_idx=span_idx,
                 span_mask=span_mask,
                 word_lengths=lengths,  # host-side copy: spares the LSTM a device sync
+                **extra,
             )
-        return output.logits
 
     def _ragged(self, logits: torch.Tensor, n_words: torch.Tensor, n_labels: torch.Tensor) -> Output:
-        n, width, _, classes = logits.shape
+        values, counts = self.item_logits(logits, n_words, n_labels)
+        offsets = torch.zeros(len(counts) + 1, dtype=torch.int64)
+        torch.cumsum(counts, dim=0, out=offsets[1:])
+        return Output(ResultKind.TOKEN_SCORES, values, offsets.numpy())
+
+    def item_logits(
+        self, logits: torch.Tensor, n_words: torch.Tensor, n_labels: torch.Tensor
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """Every item's real logits, items one after the other, and how many each has."""
+        _, width, _, classes = logits.shape
         words_ok = torch.arange(width, device=logits.device)[None, :] < n_words[:, None]
         labels_ok = torch.arange(classes, device=logits.device)[None, :] < n_labels[:, None]
         keep = words_ok[:, :, None, None] & labels_ok[:, None, None, :]
         # Boolean indexing walks row-major, so each item's kept logits come out in (word, width, label) order.
         values = logits[keep.expand_as(logits)].float().cpu().numpy().reshape(-1, 1)
-        counts = (n_words * self.max_width * n_labels).cpu()
-        offsets = torch.zeros(n + 1, dtype=torch.int64)
-        torch.cumsum(counts, dim=0, out=offsets[1:])
-        return Output(ResultKind.TOKEN_SCORES, values, offsets.numpy())
+        return values, (n_words * self.max_width * n_labels).cpu()
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
