@@ -1,0 +1,128 @@
+"""SIE's adapter classes, each mapped to one of our families or refused with the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRule:
+    """What an SIE adapter class is here: a family, or the reason there is none yet."""
+
+    family: str | None
+    refusal: str = ""
+    # SIE's adapter runs the model folder's own code unless the YAML says `trust_remote_code: false`.
+    runs_model_code: bool = False
+    # Runtime options the adapter class itself implies (its prompt recipe), before the YAML's own.
+    runtime: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _family(name: str, *, runs_model_code: bool = False) -> AdapterRule:
+    return AdapterRule(name, runs_model_code=runs_model_code)
+
+
+def refused(reason: str) -> AdapterRule:
+    return AdapterRule(None, reason)
+
+
+NO_GENERATION = "text generation is not served by this server"
+
+# SIE adapter class name -> our family (or why not). Unknown classes are refused by name. An adapter
+# that runs custom architectures natively in SIE (RoPE, Nomic, Jina, Candle's kernels) runs the
+# model folder's own code here, as SIE's own transformers-based adapters do by default.
+ADAPTERS: dict[str, AdapterRule] = {
+    "SentenceTransformerDenseAdapter": _family("dense", runs_model_code=True),
+    "CandleEmbeddingAdapter": _family("dense", runs_model_code=True),
+    "BertFlashAdapter": _family("dense"),
+    "XLMRobertaFlashAdapter": _family("dense", runs_model_code=True),
+    "ModernBERTFlashAdapter": _family("dense", runs_model_code=True),
+    "PyTorchEmbeddingAdapter": _family("dense", runs_model_code=True),
+    "Qwen2FlashAdapter": _family("dense", runs_model_code=True),
+    "SGLangEmbeddingAdapter": _family("dense"),
+    "RoPEFlashAdapter": _family("dense", runs_model_code=True),
+    "NomicFlashAdapter": _family("dense", runs_model_code=True),
+    "BGEM3FlashAdapter": _family("hybrid"),
+    "BGEM3FlagAdapter": _family("hybrid"),
+    "SPLADEFlashAdapter": _family("splade"),
+    "ColBERTAdapter": _family("colbert"),
+    "ColBERTModernBERTFlashAdapter": _family("colbert"),
+    "ColBERTRotaryFlashAdapter": _family("colbert", runs_model_code=True),
+    "BertFlashCrossEncoderAdapter": _family("cross_encoder"),
+    "ModernBertFlashCrossEncoderAdapter": _family("cross_encoder", runs_model_code=True),
+    "JinaFlashCrossEncoderAdapter": _family("cross_encoder", runs_model_code=True),
+    "CrossEncoderAdapter": _family("cross_encoder"),
+    "NLIClassificationFlashAdapter": _family("nli_zero_shot"),
+    "NLIClassificationAdapter": _family("nli_zero_shot"),
+    "GLiNERAdapter": _family("gliner"),
+    "GLiClassAdapter": _family("gliclass"),
+    "GLiNERBiAdapter": _family("gliner_bi"),
+    "CLIPAdapter": _family("clip"),
+    "SiglipAdapter": _family("clip"),
+    "Owlv2Adapter": _family("owlv2"),
+    "WhisperAdapter": _family("whisper"),
+    "GTESparseFlashAdapter": refused(
+        "its GTE masked LM (NewForMaskedLM) runs only as Alibaba-NLP/new-impl's own code, which is not "
+        "available here, and transformers' native GteForMaskedLM loads only converted (model_type 'gte') "
+        "checkpoints, not this model_type 'new' one"
+    ),
+    "PrivacyFilterAdapter": refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
+    # Families this server does not have.
+    "GLiNERUnionAdapter": refused("the windowed union of two GLiNER models is not served here"),
+    "GLiNER2Adapter": _family("gliner2"),
+    "GLiNER2ClassificationAdapter": _family("gliner2"),
+    "GLiNER2EntitiesAdapter": refused(
+        "GLiNER2.5 checkpoints load through gliner2 2.x's AutoExtractor (span and boundary "
+        "architectures); only gliner2 1.x checkpoints are served here yet"
+    ),
+    "GLiNER2DecideAdapter": refused(
+        "GLiNER2.5-Decide's typed decisions (gliner2 2.x's AutoExtractor) are not served here yet"
+    ),
+    "GLiRELAdapter": refused("relation extraction (GLiREL) is not served here"),
+    "GLiFormerAdapter": refused("GLiFormer is not served here"),
+    "Qwen2FlashCrossEncoderAdapter": _family("llm_reranker"),
+    "NativeCausalCrossEncoderAdapter": AdapterRule("llm_reranker", runtime={"input_format": "native"}),
+    "Qwen3VLRerankerAdapter": refused("vision-language rerankers are not served here"),
+    "ColPaliAdapter": _family("colpali"),
+    "ColQwen2Adapter": refused(
+        "ColQwen2.5 is not served here yet: dynamic-resolution pages (smart_resize, patch grids per "
+        "page) and its checkpoint, a PEFT LoRA over vidore/colqwen2.5-base in colpali-engine's layout, "
+        "whose reference (colpali-engine, Qwen2VLProcessor) needs torchvision, which is not installed"
+    ),
+    "ColQwen3Adapter": refused("visual-document retrieval (ColQwen3) is not served here yet"),
+    "ColSmolAdapter": refused(
+        "ColSmol (Idefics3: pages split into tiles plus a global view) is not served here yet"
+    ),
+    "NemoColEmbedAdapter": refused("NVIDIA's vision-language ColEmbed is not served here"),
+    "Qwen3VLEmbeddingAdapter": refused("vision-language embeddings (Qwen3-VL) are not served here yet"),
+    "TopkEmbedAdapter": refused("Gated DeltaNet multimodal embedders are not served here"),
+    "SparseEncoderVisionAdapter": refused("vision sparse encoders are not served here"),
+    "GroundingDINOAdapter": _family("grounding_dino"),
+    "Sam3Adapter": refused("segmentation (SAM 3) is not served here"),
+    "ParakeetTDTAdapter": _family("parakeet"),
+    "StablebridgePrunerAdapter": refused("context pruning is not served here"),
+    "FakeAdapter": _family("fake"),
+    "DoclingAdapter": refused("document conversion (Docling) is not served here"),
+    "DonutAdapter": refused("OCR-free document understanding (Donut) is not served here"),
+    "Florence2Adapter": refused("Florence-2 vision tasks are not served here"),
+    "LayaAdapter": refused("Laya is not served here"),
+    "MinerUVLAdapter": refused(NO_GENERATION),
+    "CTranslate2GenerationAdapter": refused(NO_GENERATION),
+    "SGLangGenerationAdapter": refused(NO_GENERATION),
+    "SGLangGemmaAdapter": refused(NO_GENERATION),
+    "SGLangCuda13Adapter": refused(NO_GENERATION),
+    "SGLangVisionExtractAdapter": refused(NO_GENERATION),
+}
+
+NV_EMBED = (
+    "NV-Embed pools inside its own code (modeling_nvembed.py: latent attention over the last hidden "
+    "states, the instruction masked out of the mean), which no package here ships to test a port "
+    "against; not served rather than served unverified"
+)
+# Checkpoints whose YAML reads as servable but whose computation this server does not have yet:
+# refused rather than served wrong.
+CUSTOM_CODE_REPOS: dict[str, str] = {
+    "nvidia/NV-Embed-v2": NV_EMBED,
+    "Hyukkyu/nv-embed-v2": NV_EMBED,  # SIE's pin: a mirror with transformers-5 patches to that code
+}

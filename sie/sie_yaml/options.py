@@ -1,0 +1,283 @@
+"""SIE's `adapter_options` of one profile, translated per family: `loadtime` (what the device reads at
+load, or tokenization defaults the frontend reads) and `runtime` (per-request defaults)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sie.sie_yaml.adapters import NV_EMBED
+
+_TEXT_ENCODERS = frozenset({"dense", "hybrid", "splade", "colbert"})
+
+# SIE's engine-tuning knobs: they change how SIE's kernels run, not what a model computes.
+_ENGINE_KNOBS = frozenset(
+    {
+        "attention_backend",
+        "attn_implementation",
+        "cuda_graphs",
+        "cuda_graph_tokens",
+        "disable_cuda_graph",
+        "disable_piecewise_cuda_graph",
+        "fused_kernels",
+        "fused_rope",
+        "mem_fraction_static",
+        "uses_legacy_transformers_cache",
+        "max_concurrent_requests",
+        "max_concurrent_dispatch",
+        "native_batch_max_size",
+        "native_batch_max_tokens",
+        "modernbert_flash",
+    }
+)
+# GLiNER2 profile options SIE's adapter takes at load; the frontend reads them from `loadtime`.
+_GLINER2_LOADTIME = frozenset(
+    {
+        "classification_task",
+        "default_labels",
+        "multi_label",
+        "positive_label",
+        "threshold",
+        "max_prompt_tokens",
+    }
+)
+PROFILE_ENGINE_KNOBS = frozenset({"adaptive_batching", "admission_enabled", "kv_budget_tokens"})
+_POOLING = {"cls": "cls", "mean": "mean", "last": "last", "last_token": "last"}
+_COLBERT_LOADTIME_TO_RUNTIME = {
+    "query_prefix": "query_prefix",
+    "doc_prefix": "document_prefix",
+    "query_max_length": "query_length",
+    "doc_max_length": "document_length",
+    "query_expansion": "do_query_expansion",
+}
+# The fake's load-time options read by its adapter (sie.gpu_proc.adapters.fake), and those without
+# effect here, with why.
+_FAKE_LOADTIME = frozenset({"memory_footprint_bytes", "fault_key", "faults", "request_latency_s"})
+_FAKE_NOTED = {
+    "default_completion_tokens": "is for generation, not served here",
+    "inter_token_latency_s": "is for generation, not served here",
+    "synthetic_usage": "has no effect: usage here always counts one token per code point",
+}
+_MUVERA_KEYS = frozenset(
+    {"num_repetitions", "num_simhash_projections", "projection_dim", "final_projection_dim", "center_tokens"}
+)
+_SMVE_KEYS = frozenset({"width", "k", "num_repetitions", "seed", "max_nonzeros"})
+
+
+class Refused(Exception):
+    """A field this server cannot honour for a profile; the message names it and says why."""
+
+
+def loadtime_options(
+    given: Mapping[str, Any],
+    family: str,
+    runtime: dict[str, Any],
+    loadtime: dict[str, Any],
+    notes: list[str],
+    profile: str,
+) -> None:
+    for key, value in given.items():
+        if key in _ENGINE_KNOBS:
+            notes.append(f"profile '{profile}': loadtime.{key} is SIE engine tuning, no effect here")
+        elif key == "trust_remote_code":
+            loadtime["trust_remote_code"] = bool(value)
+        elif key == "causal":
+            # true: decoders load causal, as their configuration says; false: bidirectional (GritLM).
+            if not value:
+                _bidirectional(f"loadtime.causal: {value}", family, loadtime)
+        elif key == "forward_kwargs":
+            kwargs = dict(value or {})
+            if kwargs != {"is_causal": False}:
+                raise Refused(f"loadtime.forward_kwargs {kwargs}: a modified forward is not served here yet")
+            _bidirectional("loadtime.forward_kwargs {'is_causal': False}", family, loadtime)
+        elif key == "code_revision" and family in _TEXT_ENCODERS:
+            # The revision of the code repository the folder's auto_map names (sie.gpu_proc.adapters.
+            # common.loading_options); it only matters where the folder's own code runs.
+            loadtime["code_revision"] = str(value)
+        elif key == "backend" and family == "clip" and value == "open_clip":
+            raise Refused(
+                "loadtime.backend open_clip: the checkpoint is an OpenCLIP model (open_clip_config.json, "
+                "built by the open_clip library, not transformers), which this server does not load"
+            )
+        elif key == "use_model_encode" and value:
+            raise Refused(f"loadtime.use_model_encode (the checkpoint's own encode()): {NV_EMBED}")
+        elif key == "append_eos":
+            loadtime["append_eos"] = bool(value)
+        elif key == "dense_projection_path" and family == "dense":
+            loadtime["dense_projection_path"] = str(value)
+        elif key == "config_kwargs":
+            loadtime["config_kwargs"] = dict(value or {})
+        elif key == "default_instruction":
+            runtime.setdefault("default_instruction", value)
+        elif family == "colbert" and _colbert_loadtime(key, value, runtime):
+            continue
+        elif family == "colpali" and key in ("token_dim", "muvera_config"):
+            _colbert_loadtime(key, value, runtime)  # MUVERA's defaults and the vector size, as ColBERT's
+            continue
+        elif family == "llm_reranker" and key in _LLM_RERANKER_TUNING:
+            notes.append(f"profile '{profile}': loadtime.{key} is SIE engine tuning, no effect here")
+        elif family == "llm_reranker" and _llm_reranker_loadtime(key, value, runtime, loadtime):
+            continue
+        elif key == "score_threshold" and family == "owlv2":
+            runtime.setdefault("threshold", value)
+        elif family == "fake" and key in _FAKE_LOADTIME:
+            loadtime[key] = value
+        elif family == "fake" and key in _FAKE_NOTED:
+            notes.append(f"profile '{profile}': loadtime.{key} {_FAKE_NOTED[key]}")
+        elif key == "classification_type" and family == "gliclass":
+            runtime.setdefault("multi_label", _is_multi_label(value))
+        elif family == "gliner2" and key in _GLINER2_LOADTIME:
+            loadtime[key] = value  # read by the frontend's GLiNER2 runner, checked per request
+        elif key == "normalize" and family in _TEXT_ENCODERS:
+            runtime.setdefault("normalize", bool(value))
+        elif key == "max_len" and family == "gliner_bi":  # words read per text, by the frontend
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise Refused(f"loadtime.max_len {value!r} is not a positive integer")
+            loadtime["max_len"] = value
+        else:
+            raise Refused(f"loadtime.{key} is not supported for the {family} family")
+
+
+def _bidirectional(field_text: str, family: str, loadtime: dict[str, Any]) -> None:
+    """A decoder embedder run with bidirectional attention (GritLM): the dense adapter's option."""
+    if family != "dense":
+        raise Refused(f"{field_text} (bidirectional attention) is served for dense decoders only")
+    loadtime["bidirectional"] = True
+
+
+def _colbert_loadtime(key: str, value: Any, runtime: dict[str, Any]) -> bool:
+    """ColBERT's load-time settings, which are tokenization, MUVERA and SMVE defaults here (frontend
+    work)."""
+    if key in _COLBERT_LOADTIME_TO_RUNTIME:
+        runtime[_COLBERT_LOADTIME_TO_RUNTIME[key]] = value
+    elif key == "max_seq_length":
+        # SIE's ColBERT adapters: the document length unless `doc_max_length` says otherwise; a
+        # profile's runtime max_seq_length overrides both (`_RUNTIME_COLBERT`).
+        runtime.setdefault("document_length", _positive_length(value))
+    elif key == "doc_punctuation_skiplist":
+        if not value:
+            runtime["skiplist_words"] = []
+    elif key == "skip_special_tokens":
+        if value:
+            raise Refused(
+                "loadtime.skip_special_tokens: true (dropping special tokens' vectors) is not served"
+            )
+    elif key == "token_dim":
+        runtime["token_dim"] = int(value)
+    elif key == "muvera_config":
+        config = dict(value or {})
+        unknown = sorted(set(config) - _MUVERA_KEYS)
+        if unknown:
+            raise Refused(f"loadtime.muvera_config keys {unknown} are not supported")
+        runtime["muvera_config"] = config
+    elif key == "smve_config":
+        config = dict(value or {})
+        unknown = sorted(set(config) - _SMVE_KEYS)
+        if unknown:
+            raise Refused(f"loadtime.smve_config keys {unknown} are not supported")
+        runtime["smve_config"] = config
+    else:
+        return False
+    return True
+
+
+# SIE's Qwen2FlashCrossEncoderAdapter options: the score tokens and how they make a score (the
+# device's, at load) and the prompt recipe and its length (the frontend's, per profile).
+_LLM_RERANKER_FORMATS = ("mxbai", "qwen3")
+_LLM_RERANKER_SCORE_MODES = ("logit_diff", "log_softmax")
+# Shared-prefix encoding across rows and requests: the same scores up to floating-point rounding.
+_LLM_RERANKER_TUNING = frozenset({"prefix_reuse", "prefix_cache_mb"})
+
+
+def _llm_reranker_loadtime(key: str, value: Any, runtime: dict[str, Any], loadtime: dict[str, Any]) -> bool:
+    if key in ("yes_token", "no_token"):
+        loadtime[key] = str(value)
+    elif key == "score_mode":
+        loadtime[key] = _one_of(key, value, _LLM_RERANKER_SCORE_MODES)
+    elif key == "input_format":
+        runtime[key] = _one_of(key, value, _LLM_RERANKER_FORMATS)
+    elif key == "max_seq_length":
+        runtime["max_seq_length"] = _positive_length(value)
+    else:
+        return False
+    return True
+
+
+def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise Refused(f"loadtime.{key} '{value}' is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _positive_length(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise Refused(f"max_seq_length {value!r} is not a positive integer")
+    return value
+
+
+# SIE runtime keys copied under the same name, and those renamed.
+_RUNTIME_SAME = frozenset(
+    {
+        "normalize",
+        "query_template",
+        "doc_template",
+        "instruction",
+        "default_instruction",
+        "output_types",
+        "output_similarity",
+        "hypothesis_template",
+        "threshold",
+        "muvera",
+        "smve",
+    }
+)
+_RUNTIME_COLBERT = {"query_max_length": "query_length", "max_seq_length": "document_length"}
+
+
+def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, Any]) -> None:
+    for key, value in given.items():
+        if key == "pooling":
+            runtime["pooling"] = _pooling(value, family)
+        elif key in _RUNTIME_SAME:
+            runtime[key] = value
+        elif family == "colbert" and key in _RUNTIME_COLBERT:
+            runtime[_RUNTIME_COLBERT[key]] = value
+        elif key == "max_seq_length" and family in ("llm_reranker", "splade"):
+            runtime["max_seq_length"] = _positive_length(value)
+        elif key == "multi_label" and family == "nli_zero_shot":
+            runtime["multi_label"] = bool(value)
+        elif key == "merge_adjacent_entities" and family == "gliner":
+            runtime["merge_adjacent_entities"] = bool(value)
+        elif key == "precompute_labels" and family == "gliner_bi":
+            if value is not True:  # true is what the device does: label embeddings cached per label set
+                raise Refused("runtime.precompute_labels: false: label embeddings are always cached here")
+        elif key == "classification_type" and family == "gliclass":
+            runtime["multi_label"] = _is_multi_label(value)
+        elif key == "score_threshold" and family == "owlv2":
+            runtime["threshold"] = value
+        elif key in ("box_threshold", "text_threshold") and family == "grounding_dino":
+            runtime["threshold" if key == "box_threshold" else key] = value
+        elif key == "relation_threshold" and family == "gliner":
+            runtime["relation_threshold"] = value  # joint entity-relation models (gliner relex)
+        elif key == "lora_id":
+            raise Refused(
+                "runtime.lora_id: LoRA adapters from the Hugging Face cache are not loaded by profile here; "
+                "list the adapter folder under the model's `loras:` and pass options.lora"
+            )
+        else:
+            raise Refused(f"runtime.{key} is not supported for the {family} family")
+
+
+def _is_multi_label(value: Any) -> bool:
+    """GLiClass's classification_type: the default of a request's `options.classification_type`."""
+    if value not in ("single-label", "multi-label"):
+        raise Refused(f"classification_type {value!r} is not 'single-label' or 'multi-label'")
+    return bool(value == "multi-label")
+
+
+def _pooling(value: Any, family: str) -> str:
+    if value == "splade" and family in ("splade", "hybrid"):
+        return "mean"  # a SPLADE model's own max-pooled log-saturation; the dense pooling is unused
+    if value not in _POOLING:
+        raise Refused(f"runtime.pooling '{value}' is not supported (cls, mean, last, last_token)")
+    return _POOLING[value]
