@@ -65,13 +65,18 @@ def _ours(translated: dict[str, Any]) -> dict[str, Any]:
     return _pruned(translated)
 
 
-_VERBATIM = frozenset({"muvera", "muvera_config"})  # a null inside these means something
+# A null inside these means something, and so does an empty one (`muvera: {}` turns MUVERA on).
+_VERBATIM = frozenset({"muvera", "muvera_config", "smve", "smve_config"})
 
 
 def _pruned(value: Any) -> Any:
     if isinstance(value, dict):
         kept = {k: v if k in _VERBATIM else _pruned(v) for k, v in value.items()}
-        return {k: v for k, v in kept.items() if (v is not None and v != {}) or k in ("score", "extract")}
+        return {
+            k: v
+            for k, v in kept.items()
+            if (v is not None and v != {}) or k in ("score", "extract") or (k in _VERBATIM and v == {})
+        }
     if isinstance(value, list):
         return [_pruned(v) for v in value]
     return value

@@ -20,9 +20,11 @@ from sie.families import family_of
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 BILINEAR, BICUBIC = 2, 3  # PIL's resampling filter numbers, as preprocessor configs store them
 
-ImageKind = Literal["crop", "square", "owlv2"]
+ImageKind = Literal["crop", "square", "owlv2", "detr"]
 
 # Per processor type: how it resizes and its defaults (transformers' class attributes).
 _IMAGE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -48,12 +50,20 @@ _IMAGE_DEFAULTS: dict[str, dict[str, Any]] = {
         "image_std": CLIP_STD,
         "do_center_crop": False,
     },
+    "detr": {  # GroundingDinoImageProcessor: shortest edge within a longest edge, aspect kept, no crop
+        "size": {"shortest_edge": 800, "longest_edge": 1333},
+        "resample": BILINEAR,
+        "image_mean": IMAGENET_MEAN,
+        "image_std": IMAGENET_STD,
+        "do_center_crop": False,
+    },
 }
 _KIND_OF_TYPE = {
     "CLIPImageProcessor": "crop",
     "CLIPFeatureExtractor": "crop",
     "SiglipImageProcessor": "square",
     "Owlv2ImageProcessor": "owlv2",
+    "GroundingDinoImageProcessor": "detr",
 }
 
 
@@ -74,6 +84,7 @@ class ImageSpec:
     do_normalize: bool
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    longest_edge: int | None = None  # "detr": the resized longer side is at most this
 
     @property
     def float_pixels(self) -> bool:
@@ -110,10 +121,12 @@ def image_spec(folder: Path, family: str) -> ImageSpec:
     raw = read_preprocessor_config(folder)
     kind = _image_kind(raw, family)
     conf = {**_IMAGE_DEFAULTS[kind], **{k: v for k, v in raw.items() if v is not None}}
-    size = _size(conf["size"], kind)
+    size = _detr_size(conf) if kind == "detr" else _size(conf["size"], kind)
     do_crop = bool(conf.get("do_center_crop")) and kind == "crop"
     if do_crop:
         height, width = _hw(conf["crop_size"])
+    elif kind == "detr":  # each image keeps its aspect: height and width only bound its pixels
+        height, width = size["shortest_edge"], size["longest_edge"]
     elif "shortest_edge" in size:
         raise MediaConfigError(f"{folder}: a shortest-edge resize needs a centre crop for fixed-size pixels")
     else:
@@ -130,6 +143,7 @@ def image_spec(folder: Path, family: str) -> ImageSpec:
         do_normalize=bool(conf.get("do_normalize", True)),
         mean=_triple(conf["image_mean"]),
         std=_triple(conf["image_std"]),
+        longest_edge=size.get("longest_edge"),
     )
 
 
@@ -159,6 +173,16 @@ def _size(value: Any, kind: ImageKind) -> dict[str, int]:
         return {"shortest_edge": int(value["shortest_edge"])}
     height, width = _hw(value)
     return {"height": height, "width": width}
+
+
+def _detr_size(conf: dict[str, Any]) -> dict[str, int]:
+    """{"shortest_edge", "longest_edge"}; older DETR configs give an int size and `max_size`."""
+    value = conf["size"]
+    if isinstance(value, int):
+        return {"shortest_edge": value, "longest_edge": int(conf.get("max_size") or 1333)}
+    if isinstance(value, dict) and "shortest_edge" in value and "longest_edge" in value:
+        return {"shortest_edge": int(value["shortest_edge"]), "longest_edge": int(value["longest_edge"])}
+    raise MediaConfigError(f"unsupported detection image size {value!r}")
 
 
 def _hw(value: Any) -> tuple[int, int]:

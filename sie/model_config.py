@@ -107,14 +107,20 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     skiplist_words: list[str] | None = None
     muvera: dict[str, Any] | None = None
     muvera_config: dict[str, Any] | None = None  # SIE's: MUVERA settings when a request or profile asks
+    # SMVE (sparse from the token vectors, sie.frontend.smve): on when not None, as `muvera`; and
+    # SIE's model-wide settings for it.
+    smve: dict[str, Any] | None = None
+    smve_config: dict[str, Any] | None = None
     # gliner / token_classification: score threshold and labels ignored in the output; a tagger
     # that marks every sub-word B- (Rampart) needs touching pieces of one type joined into one span.
     threshold: float | None = None
     ignore_labels: list[str] | None = None
+    text_threshold: float | None = None  # grounding_dino: what a prompt token needs to join a box's phrase
     join_touching: bool = False
     # gliner: join entities of one label that touch or sit one character apart (token-level models
     # such as NuNER Zero tag each word alone); nli_zero_shot: labels scored independently by default.
     merge_adjacent_entities: bool = False
+    relation_threshold: float | None = None  # gliner relex: relations' threshold (None: the entity one)
     multi_label: bool = False
     # llm_reranker: SIE's prompt recipe (sie.frontend.llm_prompts; None: "mxbai", SIE's default;
     # "native" also makes the device score by the folder's saved LogitScore) and the longest

@@ -125,10 +125,13 @@ def test_engine_knobs_are_noted_not_ignored() -> None:
 @pytest.mark.parametrize(
     ("profile", "named"),
     [
-        ({"adapter_path": "x.y:GLiNER2Adapter"}, "GLiNER2Adapter"),
+        ({"adapter_path": "x.y:GLiNER2DecideAdapter"}, "GLiNER2DecideAdapter"),
         ({"adapter_path": "x.y:SomethingNewAdapter"}, "SomethingNewAdapter"),
         (
-            {"adapter_path": BERT, "adapter_options": {"loadtime": {"forward_kwargs": {"is_causal": False}}}},
+            {
+                "adapter_path": BERT,
+                "adapter_options": {"loadtime": {"forward_kwargs": {"output_attentions": True}}},
+            },
             "forward_kwargs",
         ),
         ({"adapter_path": BERT, "adapter_options": {"runtime": {"pooling": "max"}}}, "pooling 'max'"),
@@ -253,7 +256,7 @@ def test_one_bad_file_never_stops_the_directory(tmp_path: Path) -> None:
     (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
     (tmp_path / "cut.yaml").write_text("sie_id: org/cut\nprofiles: {default: {adapter_path: [")
     (tmp_path / "gliner2.yaml").write_text(
-        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:GLiNER2Adapter"}}, sie_id="org/gliner2"))
+        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:GLiNER2DecideAdapter"}}, sie_id="org/gliner2"))
     )
     (tmp_path / "twin.yaml").write_text(yaml.safe_dump(good))
     models, unsupported = read_models_dir(tmp_path)
@@ -348,3 +351,132 @@ def test_package_backed_and_generate_stay_refused_for_real_models() -> None:
     )
     assert config.profile().adapter_options.loadtime == {"fault_key": "f", "faults": {"slow_load_s": 1}}
     assert any("synthetic_usage" in note for note in config.notes)
+
+
+PYTORCH_EMBEDDING = "sie_server.adapters.pytorch_embedding:PyTorchEmbeddingAdapter"
+COLBERT_ROTARY = "sie_server.adapters.colbert_rotary_flash:ColBERTRotaryFlashAdapter"
+COLBERT_MODERNBERT = "sie_server.adapters.colbert_modernbert_flash.adapter:ColBERTModernBERTFlashAdapter"
+MULTIVECTOR_TASKS = {"encode": {"dense": None, "sparse": None, "multivector": {"dim": 8}}, "score": {}}
+
+
+def _profile_of(
+    path: str, loadtime: dict[str, Any], runtime: dict[str, Any] | None = None, **top: Any
+) -> Any:
+    options = {"loadtime": loadtime, "runtime": runtime or {}}
+    return _config(_sie({"default": {"adapter_path": path, "adapter_options": options}}, **top)).profile()
+
+
+def test_a_non_causal_forward_is_a_bidirectional_decoder() -> None:
+    # GritLM: SIE passes `is_causal=False` to the forward; here the dense adapter's `bidirectional`.
+    for loadtime in ({"forward_kwargs": {"is_causal": False}}, {"causal": False}):
+        profile = _profile_of(PYTORCH_EMBEDDING, loadtime)
+        assert profile.adapter_options.loadtime == {"trust_remote_code": True, "bidirectional": True}
+    assert _profile_of(BERT, {"causal": True}).adapter_options.loadtime == {}
+    with pytest.raises(ModelConfigError, match="dense decoders only"):
+        translate(
+            _sie(
+                {
+                    "default": {
+                        "adapter_path": COLBERT_ROTARY,
+                        "adapter_options": {"loadtime": {"causal": False}},
+                    }
+                },
+                tasks=MULTIVECTOR_TASKS,
+            ),
+            "test.yaml",
+        )
+
+
+def test_code_revision_pins_the_model_code_repository() -> None:
+    loadtime = {"code_revision": "8" * 40, "token_dim": 8}
+    profile = _profile_of(COLBERT_ROTARY, loadtime, tasks=MULTIVECTOR_TASKS)
+    assert profile.adapter_options.loadtime == {"trust_remote_code": True, "code_revision": "8" * 40}
+
+
+def test_colbert_loadtime_max_seq_length_is_the_document_length() -> None:
+    def document_length(loadtime: dict[str, Any], runtime: dict[str, Any] | None = None) -> Any:
+        profile = _profile_of(COLBERT_MODERNBERT, loadtime, runtime, tasks=MULTIVECTOR_TASKS)
+        return profile.adapter_options.runtime.document_length
+
+    assert document_length({"max_seq_length": 8192}) == 8192
+    # SIE's ColBERT adapters: doc_max_length wins over max_seq_length, whichever comes first ...
+    assert document_length({"max_seq_length": 8192, "doc_max_length": 180}) == 180
+    assert document_length({"doc_max_length": 180, "max_seq_length": 8192}) == 180
+    # ... and a profile's runtime max_seq_length over both.
+    assert document_length({"max_seq_length": 8192}, {"max_seq_length": 300}) == 300
+    with pytest.raises(ModelConfigError, match="max_seq_length"):
+        document_length({"max_seq_length": 0})
+
+
+def test_colbert_smve_config_and_an_smve_profile_of_sparse_outputs() -> None:
+    loadtime = {"smve_config": {"width": 4096, "k": 8}, "token_dim": 8}
+    raw = _sie(
+        {
+            "default": {"adapter_path": COLBERT_MODERNBERT, "adapter_options": {"loadtime": loadtime}},
+            "smve": {
+                "extends": "default",
+                "adapter_options": {
+                    "runtime": {
+                        "output_types": ["sparse"],
+                        "output_similarity": {"sparse": "dot"},
+                        "smve": {},
+                    }
+                },
+            },
+        },
+        tasks=MULTIVECTOR_TASKS,
+    )
+    config = _config(raw)
+    default, smve = (config.profiles[name].adapter_options.runtime for name in ("default", "smve"))
+    assert default.smve is None and default.smve_config == {"width": 4096, "k": 8}
+    assert smve.smve == {} and smve.smve_config == {"width": 4096, "k": 8}
+    assert smve.output_types == ["sparse"]
+    no_smve = copy.deepcopy(raw)
+    del no_smve["profiles"]["smve"]["adapter_options"]["runtime"]["smve"]
+    with pytest.raises(ModelConfigError, match=r"output_types \['sparse'\]"):
+        _config(no_smve)  # sparse only from SMVE: the model itself has no sparse output
+    unknown = copy.deepcopy(raw)
+    unknown["profiles"]["default"]["adapter_options"]["loadtime"]["smve_config"]["bandwidth"] = 2
+    with pytest.raises(ModelConfigError, match="smve_config keys"):
+        translate(unknown, "test.yaml")
+
+
+@pytest.mark.parametrize(
+    ("path", "options", "top", "named"),
+    [
+        (
+            "sie_server.adapters.siglip.adapter:SiglipAdapter",
+            {"loadtime": {"backend": "open_clip", "open_clip_model_id": "hf-hub:org/model"}},
+            {},
+            "OpenCLIP model",
+        ),
+        (PYTORCH_EMBEDDING, {"loadtime": {"use_model_encode": True}}, {}, "latent attention"),
+        (PYTORCH_EMBEDDING, {}, {"hf_id": "Hyukkyu/nv-embed-v2"}, "NV-Embed"),
+    ],
+)
+def test_refusals_name_what_is_missing(
+    path: str, options: dict[str, Any], top: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ModelConfigError, match=named):
+        translate(_sie({"default": {"adapter_path": path, "adapter_options": options}}, **top), "test.yaml")
+
+
+def test_sie_catalog_serves_the_one_field_ids() -> None:
+    catalog = _sie_catalog()
+    jina = catalog.get("jinaai/jina-colbert-v2").profile().adapter_options
+    assert jina.loadtime["code_revision"] == "845308d0fd72a8406a3e378450e1a09522790419"
+    assert catalog.get("lightonai/mLateOn").profile().adapter_options.runtime.document_length == 8192
+    iso = catalog.get("topk-io/Iso-ModernColBERT")
+    assert iso.profile("smve").adapter_options.runtime.smve == {}
+    assert iso.profile().adapter_options.runtime.smve_config == {"width": 65536, "k": 32}
+    grit = catalog.get("GritLM/GritLM-7B").profile().adapter_options
+    assert grit.loadtime["bidirectional"] is True and grit.runtime.pooling == "mean"
+    relex = catalog.get("knowledgator/gliner-relex-large-v1.0")
+    assert relex.family == "gliner" and relex.profile().adapter_options.runtime.relation_threshold == 0.7
+    reasons = {
+        "Marqo/marqo-fashionSigLIP": "open_clip",
+        "Marqo/marqo-ecommerce-embeddings-B": "open_clip",
+        "nvidia/NV-Embed-v2": "latent attention",
+    }
+    for model_id, named in reasons.items():
+        assert named in catalog.unsupported[model_id].reason, model_id

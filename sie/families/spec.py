@@ -43,8 +43,14 @@ class Family:
     # The device forward depends on `is_query`; for the others the flag is dropped before batching,
     # since it would only split batches of queries and documents that could run together.
     device_reads_is_query: bool = False
+    # A model whose folder holds `idf.json` encodes queries with no forward: the frontend weighs
+    # each query token by it (inference-free sparse retrieval, sie.frontend.idf).
+    idf_queries: bool = False
     encode_tokenization: EncodeTokenization = "plain"
     score_tokenization: ScoreTokenization = "pairs"
+    # "module:function" of the frontend's encode for every item of a request, text and images,
+    # (state, name, items, texts, options) -> Embedded; None: the shared text and image paths.
+    encode_runner: str | None = None
     # Image processing used when the model's preprocessor config names no processor type.
     media_kind: ImageKind | None = None
     # Its models have no files (no weights folder, no tokenizer.json): text is tokenized as Unicode
@@ -61,6 +67,10 @@ class Family:
     def adapter_class(self) -> Any:
         """The adapter class, its module imported now (torch and the family's own libraries)."""
         return resolve_target(self.adapter)
+
+    def encode_function(self) -> Any:
+        """The frontend's encode runner (None: the shared paths), its module imported now."""
+        return None if self.encode_runner is None else resolve_target(self.encode_runner)
 
     def extract_function(self) -> Any:
         """The frontend's extract runner, its module imported now."""

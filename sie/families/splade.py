@@ -8,4 +8,6 @@ FAMILY = Family(
     encodes=frozenset({"sparse"}),
     # Queries and documents keep separate batches, as they always have here.
     device_reads_is_query=True,
+    # OpenSearch's doc-* encoders ship idf.json: their queries are IDF lookups (sie.frontend.idf).
+    idf_queries=True,
 )

@@ -68,9 +68,10 @@ def gate_model(state: FrontendState, slot: int, name: str) -> None:
 
 
 def admit(
-    state: FrontendState, name: str, n_items: int, profile: str | None = None
+    state: FrontendState, name: str, n_items: int, profile: str | None = None, *, needs_device: bool = True
 ) -> tuple[int, ModelConfig]:
-    """Checks before any work: the model exists, the server serves, the request could ever fit."""
+    """Checks before any work: the model exists, the server serves, the request could ever fit (and,
+    for work that `needs_device`, the model is loaded)."""
     slot, config = state.model(name)
     check_serving(state)
     limit = state.settings.max_concurrent_requests
@@ -82,7 +83,8 @@ def admit(
             raise InvalidInput(f"Profile '{profile}' of model '{name}' is not served here: {reason}")
         known = ", ".join(sorted(config.profiles)) or "default"
         raise InvalidInput(f"Unknown profile '{profile}' for model '{name}'. Available: {known}")
-    gate_model(state, slot, name)
+    if needs_device:
+        gate_model(state, slot, name)
     return slot, config
 
 
@@ -135,6 +137,7 @@ async def submit(
     key: int,
     is_query: bool = False,
     tokenization_ms: float = 0.0,
+    temperature: float = 0.0,  # the batch's float parameter (gliner relex: its entity threshold)
 ) -> Submitted:
     batch = TokenBatch(
         req_id=0,
@@ -147,6 +150,7 @@ async def submit(
         config_key=key,
         aux=encoded.aux,
         is_query=is_query,
+        temperature=temperature,
     )
     results = await state.devices.submit(batch)
     note_work(batch.n_items, encoded.n_tokens, tokenization_ms, results.queue_ms, results.inference_ms)

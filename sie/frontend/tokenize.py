@@ -326,9 +326,18 @@ class TokenizerCache:
                     self._by_model[config.sie_id] = tokenizer
         return tokenizer
 
+    def for_profile(self, config: ModelConfig, profile: str | None) -> TextTokenizer:
+        """`get`, cut shorter where the profile says `runtime.max_seq_length` (a SPLADE recipe may
+        truncate below what the checkpoint supports)."""
+        tokenizer = self.get(config)
+        limit = config.profile(profile).adapter_options.runtime.max_seq_length
+        if limit is None or limit >= tokenizer.max_length or config.is_weightless:
+            return tokenizer
+        return self.derived(config, f"max_length:{limit}", lambda _: _load(config, limit))
 
-def _load(config: ModelConfig) -> TextTokenizer:
-    max_length = config.max_sequence_length or DEFAULT_MAX_LENGTH
+
+def _load(config: ModelConfig, max_length: int | None = None) -> TextTokenizer:
+    max_length = max_length or config.max_sequence_length or DEFAULT_MAX_LENGTH
     if config.is_weightless:  # no tokenizer.json: code points (encode and encode_pairs, what it serves)
         from sie.frontend.code_points import CodePointTokenizer  # deferred: it imports this module
 

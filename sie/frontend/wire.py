@@ -57,6 +57,7 @@ class EncodeOptions(msgspec.Struct):
     profile: str | None = None
     normalize: bool | None = None
     muvera: dict[str, Any] | None = None
+    smve: dict[str, Any] | None = None  # SMVE settings (sie.frontend.smve); null: none
     lora: str | None = None  # a LoRA adapter named in the model's YAML
     lora_id: str | None = None  # the same, under its older name
 

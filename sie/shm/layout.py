@@ -94,7 +94,7 @@ class ResultKind(IntEnum):
     SCORES = 4  # [n_items, dim] raw logits per item (cross-encoders, NLI pairs)
     TOKEN_SCORES = 5  # ragged: [n_rows_i, dim] raw logits per token or span (NER, GLiNER)
     TOKENS = 6  # ragged: [n_tokens_i, 1] generated token ids (exact in float32 below 2**24)
-    TOKEN_TIMES = 7  # ragged: [n_tokens_i, 1] seconds at which each generated token starts
+    TOKEN_TIMES = 7  # ragged: [n_tokens_i, 1] seconds each generated token starts at ([n, 2]: start, end)
     BOXES = 8  # ragged: [n_boxes_i, 6] cx, cy, w, h (0..1 of the model's input), best logit, its label
 
 

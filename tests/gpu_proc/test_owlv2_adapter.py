@@ -88,7 +88,7 @@ def assert_same_detections(got: list[dict[str, Any]], want: dict[str, Any], labe
                 for i, (label, score, box) in enumerate(unmatched)
                 if label == found["label"]
                 and abs(score - found["score"]) <= 1e-5
-                and np.abs(np.asarray(found["bbox"]) - box).max() <= 1e-3
+                and np.abs(np.asarray(found["corners"]) - box).max() <= 1e-3
             ),
             None,
         )
@@ -110,13 +110,13 @@ def test_images_with_different_labels_share_a_batch(adapter: Owlv2Adapter, folde
     alone = [detect(adapter, folder, [job], 0.1)[0] for job in jobs]
     for got, want in zip(together, alone, strict=True):
         assert [o["label"] for o in got] == [o["label"] for o in want]
-        np.testing.assert_allclose([o["bbox"] for o in got], [o["bbox"] for o in want], atol=1e-4)
+        np.testing.assert_allclose([o["corners"] for o in got], [o["corners"] for o in want], atol=1e-4)
     assert together[0] != together[2]  # same image, other labels: other objects
 
 
 def test_boxes_are_in_the_original_image_pixels(adapter: Owlv2Adapter, folder: Path) -> None:
     [objects] = detect(adapter, folder, [(IMAGES[0], LABELS)], 0.0)
-    boxes = np.asarray([o["bbox"] for o in objects])
+    boxes = np.asarray([o["corners"] for o in objects])
     assert len(objects) == 36  # every patch of the 96 px / 16 px input at threshold 0
     # Centres fall within the padded square, whose side is the image's longer side (640).
     centres = (boxes[:, :2] + boxes[:, 2:]) / 2

@@ -16,6 +16,9 @@ from tests.tiny_models.colbert import make_colbert, model_yaml_colbert
 from tests.tiny_models.cross_encoder import make_cross_encoder, model_yaml_cross_encoder
 from tests.tiny_models.gliclass import make_gliclass, model_yaml_gliclass
 from tests.tiny_models.gliner import make_gliner, model_yaml_gliner
+from tests.tiny_models.gliner2 import make_gliner2, model_yaml_gliner2
+from tests.tiny_models.gliner_bi import make_gliner_bi, model_yaml_gliner_bi
+from tests.tiny_models.gliner_relex import make_gliner_relex, model_yaml_gliner_relex
 from tests.tiny_models.hybrid import make_hybrid, model_yaml_hybrid
 from tests.tiny_models.nli import make_nli, model_yaml_nli
 from tests.tiny_models.splade import make_splade, model_yaml_splade
@@ -31,6 +34,9 @@ HYBRID = "tiny/hybrid"
 NER = "tiny/ner"
 GLINER = "tiny/gliner"
 GLICLASS = "tiny/gliclass"
+GLINER2 = "tiny/gliner2"
+GLINER_BI = "tiny/gliner-bi"
+GLINER_RELEX = "tiny/gliner-relex"
 NLI = "tiny/nli"
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -43,6 +49,9 @@ BUILDERS: dict[str, Builder] = {
     NER: (make_token_classification, model_yaml_token_classification),
     GLINER: (make_gliner, model_yaml_gliner),
     GLICLASS: (make_gliclass, model_yaml_gliclass),
+    GLINER2: (make_gliner2, model_yaml_gliner2),
+    GLINER_BI: (make_gliner_bi, model_yaml_gliner_bi),
+    GLINER_RELEX: (make_gliner_relex, model_yaml_gliner_relex),
     NLI: (make_nli, model_yaml_nli),
 }
 

@@ -9,7 +9,10 @@ from typing import Any
 import yaml
 
 from tests.tiny_models.clip import make_clip, make_siglip, model_yaml_clip, model_yaml_siglip
+from tests.tiny_models.colpali import make_colpali, model_yaml_colpali
+from tests.tiny_models.grounding_dino import make_grounding_dino, model_yaml_grounding_dino
 from tests.tiny_models.owlv2 import make_owlv2, model_yaml_owlv2
+from tests.tiny_models.parakeet import make_parakeet, model_yaml_parakeet
 from tests.tiny_models.splade import make_splade, model_yaml_splade
 from tests.tiny_models.whisper import make_whisper, model_yaml_whisper
 
@@ -18,6 +21,9 @@ SIGLIP = "tiny/siglip"
 TEXT_ONLY = "tiny/splade"
 OWLV2 = "tiny/owlv2"
 WHISPER = "tiny/whisper"
+PARAKEET = "tiny/parakeet"
+COLPALI = "tiny/colpali"
+GROUNDING_DINO = "tiny/grounding-dino"
 MAX_IMAGES = 3
 MAX_PIXELS = 1_000_000
 MAX_AUDIO_S = 40
@@ -30,6 +36,9 @@ BUILDERS: dict[str, Builder] = {
     TEXT_ONLY: (make_splade, model_yaml_splade),
     OWLV2: (make_owlv2, model_yaml_owlv2),
     WHISPER: (make_whisper, model_yaml_whisper),
+    PARAKEET: (make_parakeet, model_yaml_parakeet),
+    COLPALI: (make_colpali, model_yaml_colpali),
+    GROUNDING_DINO: (make_grounding_dino, model_yaml_grounding_dino),
 }
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from sie.frontend.muvera import MuveraParams, fde
+from sie.frontend.smve import SmveParams
+from sie.frontend.smve import encode as smve_encode
 from tests.gpu_proc import test_hybrid_adapter as hybrid_reference
 from tests.gpu_proc import test_splade_adapter as splade_reference
 from tests.integration.families import COLBERT, DENSE, GLINER, HYBRID, NER, RERANKER, SPLADE
@@ -108,6 +110,21 @@ def test_muvera_dense_is_the_fde_of_the_multivector(families: Families) -> None:
         got = np.stack([np.asarray(item["dense"]["values"]) for item in items])
         assert items[0]["dense"]["dims"] == 512
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_smve_sparse_is_the_smve_of_the_multivector(families: Families) -> None:
+    server, _ = families
+    texts = random_texts(3, 5, 40, seed=23)
+    params = {"width": 4096, "k": 8}
+    for is_query in (True, False):
+        options = {"is_query": is_query, "smve": params}
+        items = encoded(server.url, COLBERT, texts, output_types=["sparse", "multivector"], options=options)
+        vectors = [np.asarray(item["multivector"]["values"], np.float32) for item in items]
+        want = smve_encode(vectors, is_query=is_query, params=SmveParams(width=4096, k=8))
+        for item, (indices, values) in zip(items, want, strict=True):
+            assert item["sparse"]["dims"] == 4096
+            np.testing.assert_array_equal(np.asarray(item["sparse"]["indices"]), indices)
+            np.testing.assert_allclose(np.asarray(item["sparse"]["values"]), values, atol=1e-5)
 
 
 def test_colbert_scores_by_maxsim(families: Families) -> None:

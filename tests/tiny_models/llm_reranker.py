@@ -69,7 +69,7 @@ def make_llm_reranker(folder: Path, seed: int = 0, *, arch: str = "qwen3", nativ
     vocab = tokenizer.get_vocab_size()
     special = {"bos_token_id": None, "eos_token_id": tokenizer.token_to_id("<|im_end|>"), "pad_token_id": 0}
     if arch == "qwen3":
-        config: Any = transformers.Qwen3Config(**COMMON, vocab_size=vocab, head_dim=16, **special)
+        config: Any = transformers.Qwen3Config(**{"head_dim": 16, **COMMON}, vocab_size=vocab, **special)
     elif arch == "qwen2":
         # Untied: the LM head is its own matrix (Qwen3-Reranker-4B's and mxbai-large's layout).
         config = transformers.Qwen2Config(**COMMON, vocab_size=vocab, tie_word_embeddings=False, **special)

@@ -20,6 +20,7 @@ from sie.frontend.render import (
     sparse_column,
 )
 from sie.frontend.routes.answer import answer
+from sie.frontend.smve import smve_params
 from sie.frontend.state import FrontendState
 from sie.frontend.tasks.encode import Embedded, EmbedOptions, supported_outputs
 from sie.frontend.tasks.images import embed_items
@@ -48,7 +49,9 @@ async def encode(request: Request) -> Response:
     profile = config.profile(options.profile if options.profile in config.profiles else None)
     runtime = profile.adapter_options.runtime
     muvera = muvera_params(options.muvera, runtime.muvera, runtime.muvera_config)
-    validate_encode(req, model=name, supported=supported_outputs(config, muvera), inputs=config.input_kinds())
+    smve = smve_params(options.smve, runtime.smve, runtime.smve_config)
+    supported = supported_outputs(config, muvera, smve)
+    validate_encode(req, model=name, supported=supported, inputs=config.input_kinds())
     lora = options.lora or options.lora_id  # sie-sdk 0.10.1 sends `lora`; `lora_id` is the older name
     if lora is not None:
         lora_index(config, lora)  # an unknown adapter is a 400 before any load or queueing
@@ -70,6 +73,7 @@ async def encode(request: Request) -> Response:
             normalize=options.normalize,
             is_query=bool(options.is_query),
             muvera=muvera,
+            smve=smve,
             lora=lora,
         ),
     )

@@ -41,6 +41,7 @@ async def extract_route(request: Request) -> Response:
         items=req.items,
         lora=lora,
         instruction=params.instruction,
+        output_schema=params.output_schema,
     )
     extracted = await extract(state, name, job)
     as_json = wants_json(request.headers.get("accept"))
@@ -48,14 +49,27 @@ async def extract_route(request: Request) -> Response:
     return answer(content, stage_timing(started, extracted), state.server_version, as_json=as_json)
 
 
+def wire_object(found: dict[str, Any]) -> dict[str, Any]:
+    """A detection as SIE and its SDK give it: `bbox` [x, y, width, height] in whole pixels of the
+    original image (each truncated, as SIE truncates), from the runner's float corners."""
+    x0, y0, x1, y1 = found["corners"]
+    return {
+        "label": found["label"],
+        "score": found["score"],
+        "bbox": [int(x0), int(y0), int(x1 - x0), int(y1 - y0)],
+    }
+
+
 def _items(items: list[Any], extracted: Extracted) -> list[dict[str, Any]]:
     return [
         {
             "id": item.id,
             "entities": extracted.entities[i],
-            "relations": [],
+            "relations": extracted.relations[i] if extracted.relations is not None else [],
             "classifications": extracted.classifications[i],
-            "objects": extracted.objects[i] if extracted.objects is not None else [],
+            "objects": [wire_object(o) for o in extracted.objects[i]]
+            if extracted.objects is not None
+            else [],
             "data": extracted.data[i] if extracted.data is not None else {},
         }
         for i, item in enumerate(items)

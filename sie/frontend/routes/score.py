@@ -11,12 +11,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.errors import InvalidInput
+from sie.families import family_of
 from sie.frontend.body import read_body
 from sie.frontend.pipeline import lora_option
 from sie.frontend.render import render_score
 from sie.frontend.routes.answer import answer, stage_timing
 from sie.frontend.scoring import rank
 from sie.frontend.state import FrontendState
+from sie.frontend.tasks.pages import score_pages
 from sie.frontend.tasks.score import Scored, builds_own_prompt, check_item_count, check_scoring, score
 from sie.frontend.tokenize import format_text
 from sie.frontend.wire import (
@@ -39,9 +41,14 @@ async def score_route(request: Request) -> Response:
     req = decode_body(body, request.headers.get("content-type"), ScoreRequest)
     check_scoring(config, name)
     check_item_count(len(req.items))
-    validate_items([req.query], model=name)
-    validate_items(req.items, model=name)
+    validate_items([req.query], model=name, inputs=config.input_kinds())
+    validate_items(req.items, model=name, inputs=config.input_kinds())
     profile = _profile_option(req.options)
+    if family_of(config.family).encode_runner is not None:  # pages and queries (sie.frontend.tasks.pages)
+        paged = await score_pages(
+            state, name, req.query, req.items, profile=profile, lora=lora_option(config, req.options)
+        )
+        return _render(request, state, name, req, paged, started)
     runtime = config.profile(profile if profile in config.profiles else None).adapter_options.runtime
     query = req.query.text or ""
     if not builds_own_prompt(config):  # an LLM reranker puts the instruction in its own prompt
@@ -57,6 +64,12 @@ async def score_route(request: Request) -> Response:
         instruction=req.instruction,
         max_seq_length=(req.options or {}).get("max_seq_length"),
     )
+    return _render(request, state, name, req, scored, started)
+
+
+def _render(
+    request: Request, state: FrontendState, name: str, req: ScoreRequest, scored: Scored, started: float
+) -> Response:
     ids = [item.id if item.id is not None else f"item-{i}" for i, item in enumerate(req.items)]
     as_json = wants_json(request.headers.get("accept"))
     content = render_score(

@@ -86,7 +86,7 @@ def objects_of(
     cx, cy, w, h = (rows[keep, k].astype(np.float64) for k in range(4))
     corners = np.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], axis=1) * side
     return [
-        {"label": labels[int(rows[i, 5])], "score": float(scores[i]), "bbox": [float(v) for v in box]}
+        {"label": labels[int(rows[i, 5])], "score": float(scores[i]), "corners": [float(v) for v in box]}
         for i, box in zip(keep.tolist(), corners, strict=True)
     ]
 

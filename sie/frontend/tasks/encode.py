@@ -1,12 +1,13 @@
-"""The encode task: dense, sparse and multi-vector embeddings (and MUVERA) for any encode family.
+"""The encode task: dense, sparse and multi-vector embeddings (and MUVERA, SMVE) for any encode family.
 
 The device returns raw arrays; everything else happens here: query/document formatting and
-family tokenization before, normalization and MUVERA after. Output dtypes and rendering belong
+family tokenization before, normalization and MUVERA / SMVE after. Output dtypes and rendering belong
 to the route, since `/v1/embeddings` renders the same vectors differently.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -17,7 +18,10 @@ from sie.frontend.colbert import ColbertTokenization
 from sie.frontend.muvera import MuveraParams, fde
 from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
 from sie.frontend.postprocess import l2_normalize
+from sie.frontend.smve import SmveParams
+from sie.frontend.smve import encode as smve_encode
 from sie.frontend.state import FrontendState
+from sie.frontend.tasks.idf_queries import LookedUp, try_idf_queries
 from sie.frontend.tokenize import Encoded
 from sie.frontend.wire import DEFAULT_OUTPUT_TYPES
 from sie.model_config import ModelConfig
@@ -33,6 +37,7 @@ class EmbedOptions:
     normalize: bool | None = None
     is_query: bool = False
     muvera: MuveraParams | None = None  # already validated (see sie.frontend.muvera)
+    smve: SmveParams | None = None  # already validated (see sie.frontend.smve)
     lora: str | None = None  # a LoRA adapter from the model's `loras` (checked by the route)
 
 
@@ -51,23 +56,33 @@ class Embedded:
     postprocessing_ms: float
 
 
-def supported_outputs(config: ModelConfig, muvera: MuveraParams | None) -> set[str]:
-    """What this request may ask for: the model's outputs, plus dense from MUVERA when it applies."""
+def supported_outputs(
+    config: ModelConfig, muvera: MuveraParams | None, smve: SmveParams | None = None
+) -> set[str]:
+    """What this request may ask for: the model's outputs, plus dense from MUVERA and sparse from
+    SMVE when they apply."""
     supported = set(config.output_types())
     if muvera is not None and "multivector" in supported:
         supported.add("dense")
+    if smve is not None and "multivector" in supported:
+        supported.add("sparse")
     return supported
 
 
 async def embed(state: FrontendState, name: str, texts: list[str], options: EmbedOptions) -> Embedded:
+    looked_up = await try_idf_queries(state, name, texts, options.profile) if options.is_query else None
+    if looked_up is not None:  # an inference-free sparse model's queries: no device at all
+        return _idf_embedded(looked_up)
     slot, config = admit(state, name, len(texts), options.profile)
     family = family_of(config.family)
     profile = config.profile(options.profile)
     muvera = options.muvera
     wanted = set(options.output_types)
     from_muvera = muvera is not None and "dense" in wanted and "dense" not in config.output_types()
-    kinds = {_KINDS[t] for t in wanted if not (t == "dense" and from_muvera)}
-    if from_muvera:
+    from_smve = options.smve is not None and "sparse" in wanted and "sparse" not in config.output_types()
+    derived = {"dense": from_muvera, "sparse": from_smve}
+    kinds = {_KINDS[t] for t in wanted if not derived.get(t)}
+    if from_muvera or from_smve:
         kinds.add(ResultKind.MULTIVECTOR)
     encoded, tokenization_ms = await tokenize(
         lambda: _tokenize(state, config, texts, options.is_query, options.profile), len(texts)
@@ -96,13 +111,18 @@ async def embed(state: FrontendState, name: str, texts: list[str], options: Embe
         rows = results.rows[ResultKind.DENSE]
         dense = l2_normalize(rows) if normalize else rows
     sparse = None
-    if ResultKind.SPARSE in kinds:
+    if from_smve and options.smve is not None and multivector is not None:
+        # Tens of milliseconds per item (a matmul with 65,536 anchors per token): off the event loop.
+        sparse = await asyncio.to_thread(
+            smve_encode, multivector, is_query=options.is_query, params=options.smve
+        )
+    elif ResultKind.SPARSE in kinds:
         sparse = list(zip(results.indices, results.ragged[ResultKind.SPARSE], strict=True))
     return Embedded(
         dense=dense,
         sparse=sparse,
         multivector=multivector if "multivector" in wanted else None,
-        sparse_dims=_sparse_dims(config),
+        sparse_dims=options.smve.output_dim if from_smve and options.smve else _sparse_dims(config),
         input_tokens=submitted.input_tokens,
         tokenization_ms=tokenization_ms,
         queue_ms=submitted.queue_ms,
@@ -121,7 +141,22 @@ def _tokenize(
             lambda tokenizer: ColbertTokenization.for_model(tokenizer, config, profile),
         )
         return colbert.encode(texts, is_query)
-    return state.tokenizers.get(config).encode(texts)
+    return state.tokenizers.for_profile(config, profile).encode(texts)
+
+
+def _idf_embedded(looked_up: LookedUp) -> Embedded:
+    """Queries looked up in the model's IDF table: sparse only, and no device time."""
+    return Embedded(
+        dense=None,
+        sparse=looked_up.sparse,
+        multivector=None,
+        sparse_dims=_sparse_dims(looked_up.config),
+        input_tokens=looked_up.input_tokens,
+        tokenization_ms=looked_up.tokenization_ms,
+        queue_ms=0.0,
+        inference_ms=0.0,
+        postprocessing_ms=0.0,
+    )
 
 
 def _sparse_dims(config: ModelConfig) -> int:

@@ -1,7 +1,8 @@
 """The extract task: entities and classifications from text, whatever family the model is.
 
 - token_classification: a tagger's per-token logits, merged into character spans here;
-- gliner: zero-shot spans for the request's labels (prompt built here, spans decoded here);
+- gliner: zero-shot spans for the request's labels (prompt built here, spans decoded here), and
+  for joint entity-relation models the relations between them (tasks/extract_gliner_relex.py);
 - nli_zero_shot: each (text, "This example is {label}.") pair through an NLI cross-encoder;
 - gliclass: zero-shot classes for the request's labels, all scored in one forward per text.
 Images (owlv2) and audio (whisper) have their runners in `detect` and `transcribe`; each family's
@@ -45,6 +46,7 @@ class ExtractJob:
     items: Sequence[Item] = ()  # the request's items, for the families that read images or audio
     lora: str | None = None  # a LoRA adapter from the model's `loras` (checked by the route)
     instruction: str | None = None  # the request's task description (gliclass reads it)
+    output_schema: dict[str, Any] | None = None  # params.output_schema (gliner2 reads it)
 
 
 @dataclass(slots=True)
@@ -56,6 +58,7 @@ class Extracted:
     classifications: list[list[dict[str, Any]]]
     objects: list[list[dict[str, Any]]] | None = None
     data: list[dict[str, Any]] | None = None
+    relations: list[list[dict[str, Any]]] | None = None  # gliner relex: head, tail, relation, score
     input_tokens: int = 0
     tokenization_ms: float = 0.0
     queue_ms: float = 0.0
@@ -125,6 +128,15 @@ async def run_gliner(state: FrontendState, name: str, config: ModelConfig, job: 
         raise InvalidInput("options.merge_adjacent_entities must be a boolean")
     slot, _ = admit(state, name, len(job.texts), job.profile)
     prompts = state.tokenizers.derived(config, "gliner", lambda tok: GlinerPrompts.for_model(tok, config))
+    if prompts.settings.rel_token is not None:  # a joint entity-relation model
+        from sie.frontend.tasks.extract_gliner_relex import run_gliner_relex  # imports this module
+
+        return await run_gliner_relex(state, slot, config, job, prompts, threshold, merge)
+    if job.options.get("relation_labels"):
+        raise InvalidInput(
+            "This GLiNER model does not extract relations; options.relation_labels needs a joint "
+            "entity-relation model such as knowledgator/gliner-relex-large-v1.0"
+        )
     (encoded, words), tokenization_ms = await tokenize(
         lambda: prompts.encode(job.texts, labels), len(job.texts)
     )

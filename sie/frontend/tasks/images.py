@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sie.errors import InvalidInput
+from sie.families import family_of
 from sie.frontend.media.images import decode_image, preprocess
 from sie.frontend.media.submit import Prepared, submit_units
 from sie.frontend.pipeline import admit, config_key
@@ -141,6 +142,9 @@ async def embed_items(
     state: FrontendState, name: str, items: Sequence[Item], texts: list[str], options: EmbedOptions
 ) -> Embedded:
     """Image items through the image tower, the others (`texts[i]`) through `embed`, in order."""
+    runner = family_of(state.model(name)[1].family).encode_function()
+    if runner is not None:  # a family that encodes its items itself (sie.families.spec)
+        return await runner(state, name, items, texts, options)  # type: ignore[no-any-return]
     image_at = [i for i, item in enumerate(items) if item.images]
     if not image_at:
         return await embed(state, name, texts, options)
