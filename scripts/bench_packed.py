@@ -22,7 +22,7 @@ import torch
 import transformers
 
 from sie.gpu_proc.adapters import load_adapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op
@@ -109,7 +109,7 @@ def _config():  # type: ignore[no-untyped-def]
 def _batch(items: list[np.ndarray]) -> Batch:
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
     lengths = [len(ids) for ids in items]
-    return Batch((0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)
+    return Batch(GroupKey(0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,24 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
+from typing import NamedTuple
 
 import numpy as np
 
 from sie.model_config import DEFAULT_MAX_BATCH_TOKENS
 from sie.shm.layout import TokenBatch
 
-# (model_slot, op, output_mask, config_key, is_query, modality): items share a batch only when all
-# are equal, so text, images and audio (different forwards) never meet in one batch.
-GroupKey = tuple[int, int, int, int, int, int]
+
+class GroupKey(NamedTuple):
+    """Items share a batch only when all of these are equal, so text, images and audio (different
+    forwards), queries and documents, and different options never meet in one forward."""
+
+    model_slot: int
+    op: int
+    output_mask: int
+    config_key: int  # the request options' key (LoRA, truncation, ...), opaque here
+    is_query: int
+    modality: int = 0  # sie.shm.layout's Modality: text (0), image, audio
 
 
 @dataclass(slots=True)
@@ -67,15 +76,15 @@ class Batch:
 
     @property
     def model_slot(self) -> int:
-        return self.key[0]
+        return self.key.model_slot
 
     @property
     def output_mask(self) -> int:
-        return self.key[2]
+        return self.key.output_mask
 
     @property
     def is_query(self) -> bool:
-        return bool(self.key[4])
+        return bool(self.key.is_query)
 
 
 class _Group:
@@ -122,7 +131,7 @@ class Batcher:
             return False
         if n_items == 0:
             return True
-        key: GroupKey = (
+        key = GroupKey(
             slot,
             int(batch.op),
             int(batch.output_mask),
@@ -184,7 +193,7 @@ class Batcher:
             if gone:
                 group.items = kept
                 group.n_tokens = sum(item.cost for item in kept)
-                self._count(key[0], -gone)
+                self._count(key.model_slot, -gone)
                 dropped += gone
                 if not kept:
                     del self._groups[key]
@@ -193,7 +202,7 @@ class Batcher:
     def drop_model(self, model_slot: int) -> list[PendingItem]:
         """Remove and return a model's items (it failed or was unloaded) so they can be answered."""
         dropped: list[PendingItem] = []
-        for key in [k for k in self._groups if k[0] == model_slot]:
+        for key in [k for k in self._groups if k.model_slot == model_slot]:
             dropped.extend(self._groups.pop(key).items)
         self._count(model_slot, -len(dropped))
         return dropped
@@ -208,7 +217,9 @@ class Batcher:
 
     def _is_full(self, key: GroupKey, group: _Group) -> bool:
         # Total tokens >= budget means a FIFO take stops on the budget (or lands exactly on it).
-        return len(group.items) >= self.max_batch_requests or group.n_tokens >= self.max_batch_tokens(key[0])
+        if len(group.items) >= self.max_batch_requests:
+            return True
+        return group.n_tokens >= self.max_batch_tokens(key.model_slot)
 
     def _is_ready(self, key: GroupKey, group: _Group, now: float) -> bool:
         waited = now - group.items[0].enqueued_s
@@ -226,7 +237,7 @@ class Batcher:
 
     def _take(self, key: GroupKey, now: float) -> Batch:
         group = self._groups[key]
-        budget = self.max_batch_tokens(key[0])
+        budget = self.max_batch_tokens(key.model_slot)
         items: list[PendingItem] = []
         n_tokens = 0
         for item in islice(group.items, self.max_batch_requests):
@@ -240,7 +251,7 @@ class Batcher:
         group.n_tokens -= n_tokens
         if not group.items:
             del self._groups[key]
-        self._count(key[0], -len(items))
+        self._count(key.model_slot, -len(items))
         items.sort(key=lambda item: len(item.input_ids))
         max_length = len(items[-1].input_ids)
         return Batch(key=key, items=items, n_tokens=n_tokens, max_length=max_length, formed_s=now)

@@ -74,7 +74,7 @@ class InferenceThread:
         self._inbox.put(batch)
 
     def _is_light(self, batch: Batch) -> bool:
-        adapter = self._registry.get(batch.key[0])
+        adapter = self._registry.get(batch.model_slot)
         return adapter is not None and self._runner.is_light(adapter, batch)
 
     def take_finished(self) -> list[Finished]:
@@ -95,11 +95,11 @@ class InferenceThread:
 
     def _forward(self, batch: Batch) -> Finished:
         started = time.monotonic_ns()
-        slot = batch.key[0]
+        slot = batch.model_slot
         with self._registry.lease(slot) as adapter:  # no unload while this batch runs
             if adapter is None:
                 return Finished(batch, None, Status.MODEL_NOT_LOADED, "model is not loaded", started, started)
-            lora = lora_of(batch.key[3])
+            lora = lora_of(batch.key.config_key)
             try:
                 with self._registry.lora_applied(slot, lora):  # batches never mix adapters
                     got = run_recovering(

@@ -118,7 +118,7 @@ def test_token_budget_is_per_model() -> None:
     b.try_add(request([4, 4, 4], slot=0), source=0, now=1.0)
     b.try_add(request([4, 4, 4], slot=1), source=0, now=1.0)
     batch = b.next_batch(1.0, idle=False)
-    assert batch is not None and batch.key[0] == 1 and len(batch.items) == 2
+    assert batch is not None and batch.key.model_slot == 1 and len(batch.items) == 2
     assert b.next_batch(1.0, idle=False) is None
 
 
@@ -181,7 +181,7 @@ def test_a_full_group_does_not_wait_behind_an_older_waiting_one() -> None:
     b.try_add(request([3], req_id=1, config_key=1), source=0, now=1.0)
     b.try_add(request([3, 3], req_id=2, config_key=2), source=0, now=1.001)
     batch = b.next_batch(1.001, idle=False)
-    assert batch is not None and batch.key[3] == 2
+    assert batch is not None and batch.key.config_key == 2
 
 
 def test_admission_refuses_a_whole_message_over_the_cap() -> None:
@@ -226,7 +226,7 @@ def test_drop_model_returns_its_items_in_order() -> None:
     assert (len(b), b.pending_items(3), b.pending_items(4)) == (1, 0, 1)
     assert b.drop_model(3) == []
     batch = b.next_batch(1.0, idle=True)
-    assert batch is not None and batch.key[0] == 4
+    assert batch is not None and batch.key.model_slot == 4
 
 
 def test_seconds_to_deadline() -> None:
@@ -277,8 +277,8 @@ def test_every_item_comes_out_once_within_limits(
         lengths = [len(item.input_ids) for item in batch.items]
         assert lengths == sorted(lengths) and len(lengths) <= cap
         assert sum(lengths) == batch.n_tokens and (batch.n_tokens <= budget or len(lengths) == 1)
-        seen.extend((batch.key[3], item.req_id, item.item_index) for item in batch.items)
-        assert all(messages[item.req_id][1] == batch.key[3] for item in batch.items)
+        seen.extend((batch.key.config_key, item.req_id, item.item_index) for item in batch.items)
+        assert all(messages[item.req_id][1] == batch.key.config_key for item in batch.items)
     expected = [(ck, r, i) for r, (lengths, ck, _) in enumerate(messages) for i in range(len(lengths))]
     assert sorted(seen) == sorted(expected) and len(b) == 0
     for key in {k for k, _, _ in seen}:  # FIFO per group: batches come out in arrival order
@@ -290,6 +290,6 @@ def _in_batch_order(formed: list[Batch], config_key: int) -> list[tuple[int, int
     # Within a batch the items were sorted by length, so restore arrival order inside each batch.
     out: list[tuple[int, int, int]] = []
     for batch in formed:
-        if batch.key[3] == config_key:
+        if batch.key.config_key == config_key:
             out.extend(sorted((config_key, item.req_id, item.item_index) for item in batch.items))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.cancel import Cancellations
 from sie.metrics.recorders import DeviceRecorder
 from tests.metrics.blocks import made_blocks
@@ -16,7 +16,7 @@ def batch_of(owners: list[tuple[int, int, int]]) -> Batch:
         PendingItem(source, req_id, i, np.ones(length, np.int32), None, 0.0, 0)
         for i, (source, req_id, length) in enumerate(owners)
     ]
-    return Batch((2, 1, 1, 0, 0), items, sum(o[2] for o in owners), owners[-1][2], 0.0)
+    return Batch(GroupKey(2, 1, 1, 0, 0), items, sum(o[2] for o in owners), owners[-1][2], 0.0)
 
 
 def test_nothing_cancelled_returns_the_same_batch() -> None:

@@ -21,7 +21,7 @@ from sie.frontend.colbert import ColbertTokenization, colbert_settings
 from sie.frontend.tokenize import TextTokenizer
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.colbert import ColbertAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import RuntimeOptions, parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -90,7 +90,7 @@ Item = tuple[np.ndarray, np.ndarray | None]  # token ids, aux bits
 def as_batch(items: Sequence[Item], is_query: bool) -> Batch:
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0, aux) for i, (ids, aux) in enumerate(items)]
     lengths = [len(ids) for ids, _ in items]
-    key = (0, int(Op.ENCODE), mask_of({MULTIVECTOR}), 0, int(is_query))
+    key = GroupKey(0, int(Op.ENCODE), mask_of({MULTIVECTOR}), 0, int(is_query))
     return Batch(key, pending, sum(lengths), max(lengths), 0.0)
 
 

@@ -13,7 +13,7 @@ import torch
 from sie.frontend.gliclass import GliclassPrompts, ranked_classes
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliclass import GliclassAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -66,7 +66,7 @@ def run(adapter: GliclassAdapter, items: list[np.ndarray]) -> list[np.ndarray]:
     """Each item's label logits, from one batch of all the items."""
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
     lengths = [len(ids) for ids in items]
-    key = (0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
     scores = output[ResultKind.TOKEN_SCORES]
     assert (

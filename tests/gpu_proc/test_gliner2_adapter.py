@@ -16,7 +16,7 @@ from sie.frontend.gliner2 import Gliner2Prompts, Schema
 from sie.frontend.gliner2_decode import classes, entities, split_values
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliner2 import Gliner2Adapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -79,7 +79,7 @@ def run(
         for i, (s, e) in enumerate(itertools.pairwise(offsets))
     ]
     lengths = np.diff(offsets).tolist()
-    key = (0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
     scores = output[ResultKind.TOKEN_SCORES]
     assert scores.row_offsets is not None and scores.values.dtype == np.float32
@@ -300,7 +300,7 @@ def test_a_batch_mixing_tasks_gives_each_item_its_own(
         for i, (encoded, _) in enumerate(rows)
     ]
     lengths = [len(p.input_ids) for p in pending]
-    key = (0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
     mixed = output[ResultKind.TOKEN_SCORES]
     assert mixed.row_offsets is not None

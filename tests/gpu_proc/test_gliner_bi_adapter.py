@@ -17,7 +17,7 @@ from sie.frontend.gliner_bi import LABELS_TOKENIZER_DIR, GlinerBiInputs
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.gliner_bi import LABEL_SETS_CACHED, GlinerBiAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -80,7 +80,7 @@ def run(
     """Each item's TOKEN_SCORES rows (one logit each), from one batch of all the items."""
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0, aux=aux) for i, (ids, aux) in enumerate(items)]
     lengths = [len(ids) for ids, _ in items]
-    key = (0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     output = Runner(torch.device(device)).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
     scores = output[ResultKind.TOKEN_SCORES]
     assert (

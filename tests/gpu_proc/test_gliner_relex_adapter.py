@@ -15,7 +15,7 @@ from sie.frontend.gliner import GlinerPrompts, unique_labels
 from sie.frontend.gliner_relex import RelexOptions, adjacency_threshold, decode_item
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliner_relex import GlinerRelexAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -72,7 +72,7 @@ def run(
         for i, (ids, aux) in enumerate(items)
     ]
     lengths = [len(ids) for ids, _ in items]
-    key = (0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
     scores = output[ResultKind.TOKEN_SCORES]
     offsets = scores.row_offsets

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.hybrid import HybridAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
@@ -90,7 +90,11 @@ def run(
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
     lengths = [len(ids) for ids in items]
     batch = Batch(
-        (0, int(Op.ENCODE), mask_of(set(kinds)), 0, int(is_query)), pending, sum(lengths), max(lengths), 0.0
+        GroupKey(0, int(Op.ENCODE), mask_of(set(kinds)), 0, int(is_query)),
+        pending,
+        sum(lengths),
+        max(lengths),
+        0.0,
     )
     outputs = Runner(CPU).run(adapter, batch)
     assert set(outputs) == kinds

@@ -16,7 +16,7 @@ import transformers
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.common import tensor_bytes
 from sie.gpu_proc.adapters.llm_reranker import LlmRerankerAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -69,7 +69,7 @@ def batch_of(rows: list[list[int]]) -> Batch:
     items = [PendingItem(0, 1, i, np.asarray(row, np.int32), None, 0.0, 0) for i, row in enumerate(rows)]
     lengths = [len(row) for row in rows]
     return Batch(
-        (0, int(Op.SCORE), mask_of({ResultKind.SCORES}), 0, 0), items, sum(lengths), max(lengths), 0.0
+        GroupKey(0, int(Op.SCORE), mask_of({ResultKind.SCORES}), 0, 0), items, sum(lengths), max(lengths), 0.0
     )
 
 

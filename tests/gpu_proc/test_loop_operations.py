@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sie.gpu_proc.batcher import Batch, Batcher, PendingItem
+from sie.gpu_proc.batcher import Batch, Batcher, GroupKey, PendingItem
 from sie.gpu_proc.inference import Finished
 from sie.gpu_proc.loop import MAX_OVERFLOW_MESSAGES, DeviceLoop, RingPair
 from sie.metrics.recorders import DeviceRecorder
@@ -97,7 +97,7 @@ def test_a_cancelled_request_never_reaches_inference(rig: Rig) -> None:
 
 def test_every_finished_batch_is_counted(rig: Rig) -> None:
     items = [PendingItem(0, 9, i, np.ones(n, np.int32), None, 0.0, 1_000) for i, n in enumerate((2, 4))]
-    batch = Batch((0, int(Op.ENCODE), 1, 0, 0), items, 6, 4, 0.0)
+    batch = Batch(GroupKey(0, int(Op.ENCODE), 1, 0, 0), items, 6, 4, 0.0)
     rig.loop._publish([Finished(batch, None, Status.INFERENCE_ERROR, "boom", 5_000, 2_005_000)])
     v = rig.blocks.stats.v
     assert (v["batch_items"][0, 0], v["batch_tokens"][0, 0], v["padded_tokens"][0, 0]) == (2, 6, 8)

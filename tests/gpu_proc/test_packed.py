@@ -14,7 +14,7 @@ import transformers
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.packed import PackedEncoder, _groups
 from sie.gpu_proc.adapters.packed_modernbert import PackedModernBert
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
 from sie.shm.layout import Op, ResultKind, mask_of
@@ -165,7 +165,7 @@ def _run(adapter: Any, kinds: set[ResultKind], lengths: list[int], pad: int) -> 
     ]
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
     pending.sort(key=lambda item: len(item.input_ids))
-    batch = Batch((0, int(Op.ENCODE), mask_of(kinds), 0, 0), pending, sum(lengths), max(lengths), 0.0)
+    batch = Batch(GroupKey(0, int(Op.ENCODE), mask_of(kinds), 0, 0), pending, sum(lengths), max(lengths), 0.0)
     return Runner(CPU).run(adapter, batch)
 
 

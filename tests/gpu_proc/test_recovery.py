@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.inference import Finished, InferenceThread
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.recovery import is_out_of_memory, run_recovering
@@ -32,7 +32,7 @@ def batch_of(lengths: list[int], requests: list[int] | None = None) -> Batch:
         PendingItem(0, req, i, np.full(n, i, np.int32), None, 0.0, 0)
         for i, (n, req) in enumerate(zip(lengths, requests, strict=True))
     ]
-    return Batch((0, int(Op.ENCODE), 1, 0, 0), items, sum(lengths), max(lengths), 0.0)
+    return Batch(GroupKey(0, int(Op.ENCODE), 1, 0, 0), items, sum(lengths), max(lengths), 0.0)
 
 
 class Device:

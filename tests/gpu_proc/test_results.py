@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.inference import Finished
 from sie.gpu_proc.outputs import Output, ragged
 from sie.gpu_proc.results import result_messages
@@ -19,7 +19,7 @@ def finished(failed: tuple[PendingItem, ...] = ()) -> Finished:
         PendingItem(src, req, idx, np.ones(row + 1, np.int32), None, 0.0, 1_000_000 * (row + 1))
         for row, (src, req, idx) in enumerate(ROWS)
     ]
-    batch = Batch((0, int(Op.ENCODE), 5, 0, 0), items, sum(range(1, 8)), 7, 0.0)
+    batch = Batch(GroupKey(0, int(Op.ENCODE), 5, 0, 0), items, sum(range(1, 8)), 7, 0.0)
     dense = np.arange(len(ROWS) * 3, dtype=np.float32).reshape(-1, 3)
     vectors = ragged(
         ResultKind.MULTIVECTOR, [np.full((row % 3 + 1, 2), row, np.float32) for row in range(len(ROWS))]

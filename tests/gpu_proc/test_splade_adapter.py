@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.splade import SpladeAdapter
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.runner import Runner
 from sie.model_config import load_catalog, parse_model_config, resolve_weights_dir
@@ -64,7 +64,7 @@ def random_items(n: int, seed: int, max_len: int = 40) -> list[np.ndarray]:
 
 def sparse_batch(items: list[np.ndarray], is_query: bool = False) -> Batch:
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
-    key = (0, int(Op.ENCODE), mask_of({ResultKind.SPARSE}), 0, int(is_query))
+    key = GroupKey(0, int(Op.ENCODE), mask_of({ResultKind.SPARSE}), 0, int(is_query))
     lengths = [len(ids) for ids in items]
     return Batch(key, pending, sum(lengths), max(lengths), 0.0)
 

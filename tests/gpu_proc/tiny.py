@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sie.gpu_proc.batcher import Batch, PendingItem
+from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.model_config import ModelConfig, parse_model_config
 from sie.shm.layout import Op
 
@@ -63,4 +63,4 @@ def as_batch(items: list[np.ndarray], types: Sequence[np.ndarray | None] | None 
         PendingItem(0, 1, i, ids, tt, 0.0, 0) for i, (ids, tt) in enumerate(zip(items, types, strict=True))
     ]
     lengths = [len(ids) for ids in items]
-    return Batch((0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)
+    return Batch(GroupKey(0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)

@@ -69,7 +69,7 @@ def pairs_batch(
 ) -> Batch:
     """A device batch of (query, doc) pairs as the frontend sends it: encode_pairs, one item a pair."""
     from sie.frontend.tokenize import TextTokenizer
-    from sie.gpu_proc.batcher import Batch, PendingItem
+    from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
     from sie.shm.layout import Op, ResultKind, mask_of
 
     encoded = TextTokenizer(folder / "tokenizer.json", max_length).encode_pairs(queries, docs)
@@ -79,7 +79,7 @@ def pairs_batch(
         types = None if encoded.token_type_ids is None else encoded.token_type_ids[span]
         items.append(PendingItem(0, 1, i, encoded.input_ids[span], types, 0.0, 0))
     lengths = [len(item.input_ids) for item in items]
-    key = (0, int(Op.SCORE), mask_of({ResultKind.SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.SCORE), mask_of({ResultKind.SCORES}), 0, 0)
     return Batch(key, items, sum(lengths), max(lengths), 0.0)
 
 

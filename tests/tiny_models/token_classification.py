@@ -82,7 +82,7 @@ def _spread_classifier(model: transformers.BertForTokenClassification, tokenizer
 
 def run_token_classification(adapter: Adapter, encoded: Encoded) -> list[np.ndarray]:
     """Each item's [len_i, num_labels] logits, the batch run as the device loop runs an extract op."""
-    from sie.gpu_proc.batcher import Batch, PendingItem
+    from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
     from sie.gpu_proc.runner import Runner
     from sie.shm.layout import Op, ResultKind, mask_of
 
@@ -91,7 +91,7 @@ def run_token_classification(adapter: Adapter, encoded: Encoded) -> list[np.ndar
         PendingItem(0, 1, i, encoded.input_ids[start:end], None, 0.0, 0)
         for i, (start, end) in enumerate(itertools.pairwise(bounds))
     ]
-    key = (0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
+    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     batch = Batch(key, items, encoded.n_tokens, int(encoded.lengths.max()), 0.0)
     output = Runner(adapter.device).run(adapter, batch)[ResultKind.TOKEN_SCORES]
     assert output.row_offsets is not None
