@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from torch.nn import Module
-
 from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.lora import LoraMissing, LoraSet
 from sie.gpu_proc.weights import local_weights
@@ -168,7 +166,7 @@ class Registry:
         self.touch(slot)
         with self._lock:
             self._adapters[slot] = adapter
-            if config.loras and isinstance(module := getattr(adapter, "_model", None), Module):
+            if config.loras and (module := adapter.lora_target()) is not None:
                 self._loras[slot] = LoraSet(module, config.loras, self.max_loras)
         self.control.set_model_memory(self.device_index, slot, memory)
         self.control.set_model_state(self.device_index, slot, ModelState.LOADED)

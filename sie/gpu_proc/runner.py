@@ -57,7 +57,7 @@ class Runner:
         # whose padding stays small.
         chunks = (
             [slice(0, len(lengths))]
-            if getattr(adapter, "is_padding_free", False)
+            if adapter.is_padding_free
             else split_by_padding(lengths, MAX_PADDING_WASTE, self._min_chunk_tokens)
         )
         parts = [self._forward(adapter, batch.items[chunk], batch.is_query, wanted) for chunk in chunks]

@@ -63,7 +63,7 @@ class ThreadPolicy:
 
     def is_light(self, adapter: Adapter, work: int, is_media: bool) -> bool:
         """Below PARALLEL_MIN_FLOPS: a forward of a few milliseconds of one core at most."""
-        per_unit = getattr(adapter, "media_flops_per_item", HEAVY) if is_media else self._per_token(adapter)
+        per_unit = (adapter.media_flops_per_item or HEAVY) if is_media else self._per_token(adapter)
         return per_unit * work < PARALLEL_MIN_FLOPS
 
     def _per_token(self, adapter: Adapter) -> float:

@@ -40,13 +40,20 @@ class ForwardInputs:
 
 
 class Adapter(Protocol):
+    """Everything the runner, the thread choice and the registry ask of a family's device half.
+
+    Adapters subclass it, so the defaults below hold unless a family says otherwise."""
+
     name: str
     device: torch.device
     pad_token_id: int  # what the runner pads input_ids with (RoBERTa derives positions from it)
     kinds: frozenset[ResultKind]  # the result kinds `forward` can produce
-    # Optional (read with getattr, default False): the forward spends no compute on padding, so the
-    # runner hands it the whole batch instead of length runs.
-    # is_padding_free: bool
+    # The forward spends no compute on padding, so the runner hands it the whole batch instead of
+    # length runs.
+    is_padding_free: bool = False
+    # Multiply-adds of one image or audio window (sie.gpu_proc.threads picks the thread count from
+    # it); None: not known, treated as heavy.
+    media_flops_per_item: float | None = None
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         """Each wanted kind's output for the run's items (row i = item i), computed in one pass."""
@@ -59,6 +66,10 @@ class Adapter(Protocol):
     def close(self) -> None:
         """Drop the weights; the adapter is unusable afterwards."""
         ...
+
+    def lora_target(self) -> torch.nn.Module | None:
+        """The module LoRA adapters are injected into (sie.gpu_proc.lora); None: the family takes none."""
+        return None
 
 
 AdapterLoader = Callable[["ModelConfig", Path, str, "str | None"], Adapter]

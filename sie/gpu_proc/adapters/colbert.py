@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     compute_dtype,
@@ -42,7 +42,7 @@ KEEP, ATTEND = 1, 2  # the aux bits (see sie.frontend.colbert)
 _IDENTITY_ACTIVATIONS = ("torch.nn.modules.linear.Identity", "torch.nn.Identity")
 
 
-class ColbertAdapter:
+class ColbertAdapter(Adapter):
     kinds = frozenset({ResultKind.MULTIVECTOR})
 
     def __init__(self, model: PreTrainedModel, projection: torch.nn.Sequential, *, name: str) -> None:
@@ -83,6 +83,9 @@ class ColbertAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

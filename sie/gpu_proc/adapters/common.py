@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc import attention
+from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
 from sie.gpu_proc.outputs import Output
@@ -140,7 +141,7 @@ def takes_token_types(model: torch.nn.Module) -> bool:
     return accepts and int(getattr(config, "type_vocab_size", 0) or 0) > 1
 
 
-class HeldModel:
+class HeldModel(Adapter):
     """One loaded transformers model inside an adapter: usable until `close` drops it."""
 
     def __init__(self, model: PreTrainedModel, *, name: str) -> None:
@@ -157,6 +158,9 @@ class HeldModel:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     load_model,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from sie.model_config import ModelConfig
 
 
-class CrossEncoderAdapter:
+class CrossEncoderAdapter(Adapter):
     kinds = frozenset({ResultKind.SCORES})
 
     def __init__(self, model: PreTrainedModel, *, name: str) -> None:
@@ -87,6 +87,9 @@ class CrossEncoderAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     load_model,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sie.model_config import ModelConfig
 
 
-class DenseAdapter:
+class DenseAdapter(Adapter):
     kinds = frozenset({ResultKind.DENSE})
 
     def __init__(
@@ -94,6 +94,9 @@ class DenseAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

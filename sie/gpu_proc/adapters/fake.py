@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters import fake_hash
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.fake_faults import FaultRuntime, resolve_faults
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
@@ -28,7 +28,7 @@ DEFAULT_DENSE_DIM = 384
 DEFAULT_FOOTPRINT_BYTES = 64 << 20  # SIE's default when the profile declares none
 
 
-class FakeAdapter:
+class FakeAdapter(Adapter):
     pad_token_id = 0
     is_padding_free = True  # the hash ignores padding: one call per batch
 

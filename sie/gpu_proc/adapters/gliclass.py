@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import compute_dtype, place, release, tensor_bytes
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
@@ -35,7 +35,7 @@ PADDING_FREE_POOLINGS = frozenset({"first", "pass"})
 LABEL_COUPLED_SCORERS = frozenset({"hopfield"})
 
 
-class GliclassAdapter:
+class GliclassAdapter(Adapter):
     kinds = frozenset({ResultKind.TOKEN_SCORES})
 
     def __init__(self, model: Any, *, name: str) -> None:
@@ -115,6 +115,9 @@ class GliclassAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

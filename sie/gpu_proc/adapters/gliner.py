@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import compute_dtype, place, release, tensor_bytes
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 SERVED_CLASS = "UniEncoderSpanGLiNER"
 
 
-class GlinerAdapter:
+class GlinerAdapter(Adapter):
     kinds = frozenset({ResultKind.TOKEN_SCORES})
     served_class = SERVED_CLASS
 
@@ -122,6 +122,9 @@ class GlinerAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

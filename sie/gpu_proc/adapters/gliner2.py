@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import compute_dtype, place, release, tensor_bytes
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 CLASSIFICATION_MARKER = "[L]"
 
 
-class Gliner2Adapter:
+class Gliner2Adapter(Adapter):
     kinds = frozenset({ResultKind.TOKEN_SCORES})
 
     def __init__(self, model: Any, *, name: str) -> None:
@@ -125,6 +125,9 @@ class Gliner2Adapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model if isinstance(self._model, torch.nn.Module) else None
 
     def close(self) -> None:
         self._model = None

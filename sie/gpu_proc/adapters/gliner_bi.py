@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import compute_dtype, place, release, tensor_bytes
 from sie.gpu_proc.adapters.gliner import span_grid
 from sie.gpu_proc.outputs import Output
@@ -33,7 +33,7 @@ LABEL_SETS_CACHED = 64  # SIE's cache size: distinct label sets whose embeddings
 LabelSet = tuple[tuple[int, ...], ...]
 
 
-class GlinerBiAdapter:
+class GlinerBiAdapter(Adapter):
     kinds = frozenset({ResultKind.TOKEN_SCORES})
 
     def __init__(self, gliner: Any, *, name: str) -> None:
@@ -190,6 +190,9 @@ class GlinerBiAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

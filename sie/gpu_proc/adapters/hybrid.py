@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     compute_dtype,
@@ -46,7 +46,7 @@ SPECIAL_ROLES = ("cls_token", "bos_token", "eos_token", "sep_token", "pad_token"
 SPECIAL_CONFIG_IDS = ("cls_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "pad_token_id")
 
 
-class HybridAdapter:
+class HybridAdapter(Adapter):
     kinds = frozenset({ResultKind.DENSE, ResultKind.SPARSE, ResultKind.MULTIVECTOR})
 
     def __init__(
@@ -113,6 +113,9 @@ class HybridAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from sie.families.llm_reranker import NATIVE_TEMPLATE
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import BaseEncoder, load_model, release, rows_output, tensor_bytes
 from sie.gpu_proc.adapters.pooling import last_token_pool
 from sie.gpu_proc.outputs import Output
@@ -66,7 +66,7 @@ class Scorer:
         return yes - no
 
 
-class LlmRerankerAdapter:
+class LlmRerankerAdapter(Adapter):
     kinds = frozenset({ResultKind.SCORES})
 
     def __init__(self, model: PreTrainedModel, scorer: Scorer, *, name: str) -> None:
@@ -116,6 +116,9 @@ class LlmRerankerAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

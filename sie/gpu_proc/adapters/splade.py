@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     load_model,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from sie.model_config import ModelConfig
 
 
-class SpladeAdapter:
+class SpladeAdapter(Adapter):
     kinds = frozenset({ResultKind.SPARSE})
 
     def __init__(self, model: PreTrainedModel, *, name: str, is_log1p_relu: bool = False) -> None:
@@ -107,6 +107,9 @@ class SpladeAdapter:
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model
 
     def close(self) -> None:
         self._model = None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import (
     BaseEncoder,
     compute_dtype,
@@ -63,7 +63,7 @@ class Backend(Protocol):
     def memory_bytes(self) -> int: ...
 
 
-class TokenClassificationAdapter:
+class TokenClassificationAdapter(Adapter):
     kinds = frozenset({ResultKind.TOKEN_SCORES})
 
     def __init__(self, backend: Backend, *, name: str, device: torch.device, pad_token_id: int) -> None:
