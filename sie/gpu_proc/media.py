@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.padding import pad_items
 from sie.shm.layout import ResultKind, kinds_of
 
 if TYPE_CHECKING:
@@ -68,8 +69,6 @@ def media_inputs(
 def _tokens(
     items: list[PendingItem], pad_token_id: int, to_device: ToDevice
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    from sie.gpu_proc.runner import pad_items  # deferred: the runner imports this module
-
     if not any(len(item.input_ids) for item in items):
         empty = torch.zeros((len(items), 0), dtype=torch.int64)
         return to_device(empty.numpy()), to_device(empty.numpy()), None

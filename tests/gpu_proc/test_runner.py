@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sie.gpu_proc.runner import pad_items, split_by_padding
+from sie.gpu_proc.padding import pad_items
+from sie.gpu_proc.runner import split_by_padding
 
 from .tiny import as_batch
 
