@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sie.memfd import read_all, write_all
 from sie.settings import Settings
 
 
@@ -46,22 +47,13 @@ def share_tokens(tokens: list[str]) -> int:
     if not tokens:
         return -1
     fd = os.memfd_create("sie-tokens", os.MFD_CLOEXEC)
-    data = "\n".join(tokens).encode()
-    written = 0
-    while written < len(data):
-        written += os.pwrite(fd, data[written:], written)
+    write_all(fd, "\n".join(tokens).encode())
     return fd
 
 
 def read_shared_tokens(fd: int) -> list[str]:
     if fd < 0:
         return []
-    size = os.fstat(fd).st_size
-    data = b""
-    while len(data) < size:
-        chunk = os.pread(fd, size - len(data), len(data))
-        if not chunk:
-            break
-        data += chunk
+    data = read_all(fd)
     os.close(fd)
     return parse_tokens(data.decode())

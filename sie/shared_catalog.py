@@ -15,6 +15,7 @@ import time
 
 import msgspec
 
+from sie.memfd import read_all, write_all
 from sie.model_config import Catalog, ModelConfig, UnsupportedModel
 from sie.shm.control import ControlBlock
 
@@ -39,11 +40,7 @@ def share_catalog(catalog: Catalog) -> int:
 
 def write_catalog(fd: int, catalog: Catalog, generation: int) -> None:
     shared = _Shared(generation, catalog.models, catalog.active_slots(), list(catalog.unsupported.values()))
-    data = _ENCODER.encode(shared)
-    written = 0
-    while written < len(data):
-        written += os.pwrite(fd, data[written:], written)
-    os.ftruncate(fd, len(data))
+    write_all(fd, _ENCODER.encode(shared))
 
 
 def read_shared_catalog(fd: int) -> Catalog:
@@ -65,14 +62,8 @@ def read_generation(fd: int, at_least: int) -> tuple[Catalog, int]:
 
 
 def _read(fd: int) -> _Shared | None:
-    """One read of the file (pread: the offset is shared with every process holding it)."""
-    size = os.fstat(fd).st_size
-    data = b""
-    while len(data) < size:
-        chunk = os.pread(fd, size - len(data), len(data))
-        if not chunk:
-            break
-        data += chunk
+    """One read of the file."""
+    data = read_all(fd)
     try:
         return _DECODER.decode(data)
     except msgspec.DecodeError:
