@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 KIT=.gpu-wheels
 LIMIT_BYTES=$((48 << 20))  # a device call carries 64 MiB with the working tree
 PY=.venv/bin/python
-PACKAGES=(starlette hypercorn h2 hpack hyperframe priority wsproto posix_ipc msgspec simplejpeg soxr soundfile cffi pycparser)
+PACKAGES=(starlette hypercorn h2 hpack hyperframe priority wsproto posix_ipc msgspec simplejpeg soxr soundfile cffi pycparser python-multipart)
 
 rm -rf "$KIT" && mkdir -p "$KIT/tokenizer"
 specs=()
