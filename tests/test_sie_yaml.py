@@ -433,8 +433,13 @@ def test_colbert_smve_config_and_an_smve_profile_of_sparse_outputs() -> None:
     assert smve.output_types == ["sparse"]
     no_smve = copy.deepcopy(raw)
     del no_smve["profiles"]["smve"]["adapter_options"]["runtime"]["smve"]
-    with pytest.raises(ModelConfigError, match=r"output_types \['sparse'\]"):
-        _config(no_smve)  # sparse only from SMVE: the model itself has no sparse output
+    # Sparse only from SMVE (the model itself has no sparse output): that profile alone is left out.
+    left = _config(no_smve)
+    assert "smve" not in left.profiles and "default" in left.profiles
+    assert "output_types ['sparse'] are not outputs of the model" in left.refused_profiles["smve"]
+    no_smve["profiles"]["default"]["adapter_options"]["runtime"] = {"output_types": ["sparse"]}
+    with pytest.raises(ModelConfigError, match=r"profile 'default': output_types \['sparse'\]"):
+        _config(no_smve)  # ... and a default profile so refused makes the model unsupported
     unknown = copy.deepcopy(raw)
     unknown["profiles"]["default"]["adapter_options"]["loadtime"]["smve_config"]["bandwidth"] = 2
     with pytest.raises(ModelConfigError, match="smve_config keys"):

@@ -75,7 +75,14 @@ def translate(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
                 "(a model's profiles share one loaded model here)"
             )
             del profiles[name]
-    _check_outputs(profiles, top)
+    for name, profile in list(profiles.items()):
+        try:
+            _check_outputs(profile, top)
+        except Refused as exc:
+            if name == default_name:
+                raise ModelConfigError(f"{source}: profile '{name}': {exc}") from None
+            model.refused_profiles[name] = str(exc)
+            del profiles[name]
     notes = [*model.notes, *(f"profile '{n}' left out: {r}" for n, r in model.refused_profiles.items())]
     return {**top, "profiles": profiles, "notes": notes, "refused_profiles": model.refused_profiles}
 
@@ -212,18 +219,16 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
     return out
 
 
-def _check_outputs(profiles: Mapping[str, dict[str, Any]], top: Mapping[str, Any]) -> None:
+def _check_outputs(profile: dict[str, Any], top: Mapping[str, Any]) -> None:
+    """A profile's vectors and default outputs against what the model's tasks declare."""
     encode = (top.get("tasks") or {}).get("encode") or {}
-    for name, profile in profiles.items():
-        runtime = profile["adapter_options"]["runtime"]
-        token_dim = runtime.pop("token_dim", None)
-        vectors = encode.get("multivector") or {}
-        if token_dim is not None and vectors.get("dim") not in (None, token_dim):
-            raise ModelConfigError(
-                f"profile '{name}': loadtime.token_dim {token_dim} differs from tasks.encode.multivector.dim"
-            )
-        wanted = runtime.get("output_types") or []
-        derived = {"dense": runtime.get("muvera") is not None, "sparse": runtime.get("smve") is not None}
-        missing = [t for t in wanted if t not in encode and not derived.get(t)]
-        if missing:
-            raise ModelConfigError(f"profile '{name}': output_types {missing} are not outputs of the model")
+    runtime = profile["adapter_options"]["runtime"]
+    token_dim = runtime.pop("token_dim", None)
+    vectors = encode.get("multivector") or {}
+    if token_dim is not None and vectors.get("dim") not in (None, token_dim):
+        raise Refused(f"loadtime.token_dim {token_dim} differs from tasks.encode.multivector.dim")
+    wanted = runtime.get("output_types") or []
+    derived = {"dense": runtime.get("muvera") is not None, "sparse": runtime.get("smve") is not None}
+    missing = [t for t in wanted if t not in encode and not derived.get(t)]
+    if missing:
+        raise Refused(f"output_types {missing} are not outputs of the model")
