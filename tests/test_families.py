@@ -83,7 +83,7 @@ def test_adapter_target_is_a_class_with_a_load_classmethod(name: str) -> None:
 def test_extract_runner_resolves_to_a_coroutine_taking_a_job(name: str) -> None:
     runner = family_of(name).extract_function()
     assert inspect.iscoroutinefunction(runner)
-    assert list(inspect.signature(runner).parameters) == ["state", "name", "config", "job"]
+    assert list(inspect.signature(runner).parameters) == ["state", "target", "job"]
 
 
 @pytest.mark.parametrize("family", FAMILIES.values(), ids=lambda f: f.name)

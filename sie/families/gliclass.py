@@ -5,6 +5,6 @@ from sie.families.spec import Family
 FAMILY = Family(
     name="gliclass",
     adapter="sie.gpu_proc.adapters.gliclass:GliclassAdapter",
-    extract_runner="sie.frontend.tasks.extract:run_gliclass",
+    extract_runner="sie.frontend.tasks.extract_text:run_gliclass",
     extract_needs_labels=True,
 )

@@ -7,6 +7,6 @@ FAMILY = Family(
     # The same forward as a cross-encoder (logits per text pair); only the frontend's prompts and
     # the reading of the logits differ.
     adapter="sie.gpu_proc.adapters.cross_encoder:CrossEncoderAdapter",
-    extract_runner="sie.frontend.tasks.extract:run_nli_zero_shot",
+    extract_runner="sie.frontend.tasks.extract_text:run_nli_zero_shot",
     extract_needs_labels=True,
 )

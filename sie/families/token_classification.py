@@ -5,5 +5,5 @@ from sie.families.spec import Family
 FAMILY = Family(
     name="token_classification",
     adapter="sie.gpu_proc.adapters.token_classification:TokenClassificationAdapter",
-    extract_runner="sie.frontend.tasks.extract:run_token_classification",
+    extract_runner="sie.frontend.tasks.extract_text:run_token_classification",
 )

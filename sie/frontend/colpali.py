@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from sie.frontend.media.images import preprocess
 from sie.frontend.model_files import read_json_object
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
 from sie.frontend.tasks.encode import Embedded, EmbedOptions
 from sie.frontend.tasks.pages import Page, embed_pages
 from sie.frontend.tokenize import Encoded, TextTokenizer
@@ -77,14 +78,14 @@ class ColPaliRecipe:
 
 
 async def embed(
-    state: FrontendState, name: str, items: Sequence[Item], texts: list[str], options: EmbedOptions
+    state: FrontendState, target: Target, items: Sequence[Item], texts: list[str], options: EmbedOptions
 ) -> Embedded:
     """The family's encode runner (sie.families.colpali)."""
-    _, config = state.model(name)
+    config = target.config
     recipe = state.tokenizers.derived(
         config, "colpali", lambda tokenizer: ColPaliRecipe.for_model(tokenizer, resolve_weights_dir(config))
     )
-    return await embed_pages(state, name, items, texts, options, recipe)
+    return await embed_pages(state, target, items, texts, options, recipe)
 
 
 def _token(special: dict[str, Any], key: str, default: str) -> str:

@@ -449,7 +449,7 @@ def _chunks(batch: TokenBatch, req_id: int, link: DeviceLink) -> list[TokenBatch
                 output_mask=batch.output_mask,
                 config_key=batch.config_key,
                 submit_ns=submit_ns,
-                temperature=batch.temperature,
+                scalar=batch.scalar,
             )
         )
         start = end

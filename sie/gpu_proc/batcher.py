@@ -43,7 +43,7 @@ class PendingItem:
     submit_ns: int  # frontend's time.monotonic_ns() at submit, for queue time
     aux: np.ndarray | None = None  # int32 view of the per-token aux section, or None
     media: np.ndarray | None = None  # an image [H, W, 3] or an audio window's samples (views)
-    temperature: float = 0.0  # sampling temperature of a generation (0: greedy)
+    scalar: float = 0.0  # the request's float parameter (sie.shm.layout.TokenBatch.scalar)
 
     @property
     def cost(self) -> int:
@@ -158,7 +158,7 @@ class Batcher:
                     submit_ns=batch.submit_ns,
                     aux=None if aux is None else aux[start:end],
                     media=None if media is None else media[i],
-                    temperature=batch.temperature,
+                    scalar=batch.scalar,
                 )
             )
         group.n_tokens += offsets[n_items] - offsets[0] if media is None else n_items

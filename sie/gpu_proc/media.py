@@ -62,7 +62,7 @@ def media_inputs(
         is_query=is_query,
         pixels=pixels,
         samples=samples,
-        temperature=items[0].temperature,
+        scalar=items[0].scalar,
     )
 
 

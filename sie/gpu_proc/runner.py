@@ -79,7 +79,7 @@ class Runner:
             aux=None if padded.aux is None else self._to_device(padded.aux),
             lengths=[len(item.input_ids) for item in items],
             is_query=is_query,
-            temperature=items[0].temperature,  # one per batch: the frontend keys batches by it
+            scalar=items[0].scalar,  # one per batch: the frontend keys batches by it
         )
         return adapter.forward(inputs, wanted)
 

@@ -176,7 +176,7 @@ REQUEST_HEADER = np.dtype(
         ("media_h", "<u4"),
         ("media_w", "<u4"),
         ("n_samples", "<u4"),
-        ("temperature", "<f4"),  # sampling temperature of a generation (0: greedy)
+        ("scalar", "<f4"),  # the request's one float parameter (TokenBatch.scalar)
     ]
 )
 
@@ -233,7 +233,10 @@ class TokenBatch:
     pixels: np.ndarray | None = None  # uint8 or float32 [n_items, H, W, 3]
     samples: np.ndarray | None = None  # float32 [n_samples], item i at sample_offsets[i]:[i + 1]
     sample_offsets: np.ndarray | None = None  # int32 [n_items + 1]
-    temperature: float = 0.0
+    # The request's one float parameter, read by its family: a Whisper generation's temperature
+    # (0: greedy), gliner relex's entity threshold. The frontend puts it in config_key, so one batch
+    # has one value.
+    scalar: float = 0.0
 
     @property
     def n_items(self) -> int:
@@ -299,7 +302,7 @@ def encode_request(batch: TokenBatch) -> np.ndarray:
         media_h,
         media_w,
         n_samples,
-        batch.temperature,
+        batch.scalar,
     )
     pos = 64
     pos = _put(buf, pos, np.asarray(batch.offsets, np.int32))
@@ -334,7 +337,7 @@ def _op_of(value: int) -> Op:
 def decode_request(buf: np.ndarray) -> TokenBatch:
     _check_message(buf)
     (req_id, config_key, submit_ns, op, flags, model_slot, item_base, n_items, n_tokens, output_mask,
-     media_h, media_w, n_samples, temperature) = _REQUEST.unpack_from(buf)  # fmt: skip
+     media_h, media_w, n_samples, scalar) = _REQUEST.unpack_from(buf)  # fmt: skip
     if request_nbytes(n_items, n_tokens, flags, media_h, media_w, n_samples) > len(buf):
         raise LayoutError(f"request of {n_items} items / {n_tokens} tokens overruns {len(buf)} bytes")
     pos = 64
@@ -376,7 +379,7 @@ def decode_request(buf: np.ndarray) -> TokenBatch:
         pixels=pixels,
         samples=samples,
         sample_offsets=sample_offsets,
-        temperature=temperature,
+        scalar=scalar,
     )
 
 

@@ -67,4 +67,4 @@ def test_the_family_names_this_encode_runner() -> None:
 
     runner = family_of("colpali").encode_function()
     assert inspect.iscoroutinefunction(runner)
-    assert list(inspect.signature(runner).parameters) == ["state", "name", "items", "texts", "options"]
+    assert list(inspect.signature(runner).parameters) == ["state", "target", "items", "texts", "options"]

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from sie.frontend.app import build_app
 from sie.frontend.idf import IdfTable, read_idf_table
 from sie.frontend.state import FrontendState
+from sie.frontend.target import resolve
 from sie.frontend.tasks.idf_queries import try_idf_queries
 from sie.model_config import Catalog, parse_model_config
 from sie.settings import Settings
@@ -104,8 +105,8 @@ def test_documents_still_go_to_the_device(client: TestClient, devices: FakeDevic
 
 
 def test_a_model_without_idf_json_encodes_queries_on_the_device(state: FrontendState) -> None:
-    assert asyncio.run(try_idf_queries(state, PLAIN, QUERIES, None)) is None
-    assert asyncio.run(try_idf_queries(state, DOC_MODEL, QUERIES, None)) is not None
+    assert asyncio.run(try_idf_queries(state, resolve(state, PLAIN), QUERIES)) is None
+    assert asyncio.run(try_idf_queries(state, resolve(state, DOC_MODEL), QUERIES)) is not None
 
 
 def test_profile_max_seq_length_truncates_queries_and_documents(

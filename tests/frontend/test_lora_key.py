@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sie.errors import InvalidInput
-from sie.frontend.pipeline import config_key, lora_config_key
+from sie.frontend.target import config_key, lora_config_key
 from sie.model_config import parse_model_config
 from sie.shm.layout import lora_of, with_lora
 

@@ -45,7 +45,7 @@ def audio(windows: list[int], prompt: list[int], temperature: float = 0.0) -> To
         output_mask=OutputMask.TOKENS,
         samples=np.arange(sum(windows), dtype=np.float32),
         sample_offsets=np.concatenate([[0], np.cumsum(windows)]).astype(np.int32),
-        temperature=temperature,
+        scalar=temperature,
     )
 
 
@@ -90,7 +90,7 @@ def test_audio_windows_carry_their_samples_prompt_and_temperature() -> None:
     assert batch is not None and len(batch.items) == 2 and batch.n_tokens == 2
     first = batch.items[0]
     assert first.media is not None and first.media.tolist() == list(range(30))
-    assert first.input_ids.tolist() == [7, 8] and first.temperature == 0.5
+    assert first.input_ids.tolist() == [7, 8] and first.scalar == 0.5
     rest = batcher.next_batch(now=0.0, idle=True)
     assert rest is not None and rest.items[0].media is not None and len(rest.items[0].media) == 12
 

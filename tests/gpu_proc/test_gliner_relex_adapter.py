@@ -68,7 +68,7 @@ def run(
 ) -> list[np.ndarray]:
     """Each item's rows, from one batch of all the items, the threshold riding in the batch."""
     pending = [
-        PendingItem(0, 1, i, ids, None, 0.0, 0, aux=aux, temperature=threshold)
+        PendingItem(0, 1, i, ids, None, 0.0, 0, aux=aux, scalar=threshold)
         for i, (ids, aux) in enumerate(items)
     ]
     lengths = [len(ids) for ids, _ in items]

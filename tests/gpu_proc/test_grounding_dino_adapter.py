@@ -14,7 +14,7 @@ import torch
 from sie.frontend.grounding_dino import GroundingPrompts, Thresholds, objects_of
 from sie.frontend.media.detr import resize_detr
 from sie.frontend.media.images import decode_image
-from sie.frontend.pipeline import config_key
+from sie.frontend.target import config_key
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.grounding_dino import GroundingDinoAdapter
 from sie.gpu_proc.batcher import Batcher

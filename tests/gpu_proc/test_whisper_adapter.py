@@ -68,7 +68,7 @@ def request(clips: list[np.ndarray], prompt: list[int], mask: int, temperature: 
         output_mask=mask,
         samples=np.concatenate(clips),
         sample_offsets=sample_offsets,
-        temperature=temperature,
+        scalar=temperature,
     )
 
 

@@ -218,7 +218,7 @@ def _media_batch(kind: str, n_items: int, with_tokens: bool) -> TokenBatch:
         per_item = rng.integers(0, 900, n_items)
         media["sample_offsets"] = np.concatenate([[0], np.cumsum(per_item)]).astype(np.int32)
         media["samples"] = rng.standard_normal(int(per_item.sum())).astype(np.float32)
-        media["temperature"] = 0.25
+        media["scalar"] = 0.25
     return TokenBatch(
         req_id=11,
         op=Op.EXTRACT,
@@ -245,7 +245,7 @@ def test_media_request_round_trip(kind: str, n_items: int, with_tokens: bool) ->
     got = decode_request(buf)
     _assert_same_batch(got, batch)
     assert got.modality == batch.modality != Modality.TEXT
-    assert got.temperature == batch.temperature
+    assert got.scalar == batch.scalar
     if pixels is None:
         assert got.pixels is None
     else:
@@ -271,7 +271,7 @@ def test_text_requests_carry_no_media() -> None:
     batch = _batch([[1, 2, 3]], True)
     got = decode_request(encode_request(batch))
     assert got.modality == Modality.TEXT
-    assert got.pixels is None and got.samples is None and got.temperature == 0.0
+    assert got.pixels is None and got.samples is None and got.scalar == 0.0
 
 
 def test_pixels_must_match_the_items() -> None:
@@ -338,13 +338,13 @@ def test_headers_sit_where_the_documented_record_types_say() -> None:
         config_key=(1 << 40) + 3,
         submit_ns=123_456_789_012,
         is_query=True,
-        temperature=0.5,
+        scalar=0.5,
     )
     header = encode_request(batch)[:64].view(REQUEST_HEADER)[0]
     expected = {"req_id": batch.req_id, "config_key": batch.config_key, "submit_ns": batch.submit_ns,
                 "op": int(Op.SCORE), "flags": batch.flags, "model_slot": 7, "item_base": 11, "n_items": 2,
                 "n_tokens": 3, "output_mask": int(OutputMask.SCORES), "media_h": 0, "media_w": 0,
-                "n_samples": 0, "temperature": 0.5}  # fmt: skip
+                "n_samples": 0, "scalar": 0.5}  # fmt: skip
     assert {name: header[name].item() for name in expected} == expected
     block = ResultBlock(
         req_id=99,

@@ -34,7 +34,7 @@ class Prepared:
 
 
 @dataclass(frozen=True, slots=True)
-class Submitted(Generic[U]):
+class MediaResults(Generic[U]):
     """Every unit's results, message by message in unit order, with the stage timings."""
 
     parts: list[tuple[Results, list[Any]]]  # (the message's results, its units' meta)
@@ -59,7 +59,7 @@ async def submit_units(
     units: Sequence[U],
     unit_bytes: int,
     prepare: Callable[[Sequence[U]], Prepared],
-) -> Submitted[U]:
+) -> MediaResults[U]:
     """Prepare and submit every unit; the first failure cancels the messages still under way."""
     ring_bytes = state.settings.request_ring_bytes
     slices = plan_messages(len(units), unit_bytes, ring_bytes)
@@ -80,7 +80,7 @@ async def submit_units(
     except ExceptionGroup as failed:  # the first error is the request's answer (a 400, a 503, ...)
         raise failed.exceptions[0] from None
     done = [task.result() for task in tasks]
-    return Submitted(
+    return MediaResults(
         parts=[(results, meta) for results, meta, _ in done],
         prepare_ms=sum(ms for _, _, ms in done),
         queue_ms=max(results.queue_ms for results, _, _ in done),

@@ -17,6 +17,7 @@ from sie.frontend.errors import openai_error_response
 from sie.frontend.render import timing_headers
 from sie.frontend.routes.answer import stage_timing
 from sie.frontend.state import FrontendState
+from sie.frontend.target import resolve
 from sie.frontend.tasks.extract import ExtractJob, extract
 from sie.frontend.transcription_form import FormError, parse_transcription_form
 from sie.frontend.transcription_render import MEDIA_TYPES, render_transcription
@@ -32,12 +33,12 @@ async def transcriptions(request: Request) -> Response:
     try:
         body = await read_body(request, state.settings.max_request_body_bytes)
         form = await parse_transcription_form(request.headers, body)
-        _, config = state.model(form.model)
-        _check_transcribes(config, form.model)
+        target = resolve(state, form.model)
+        _check_transcribes(target.config, form.model)
         item = Item(audio=AudioInput(data=form.audio, format=form.audio_format))
-        validate_items([item], model=form.model, inputs=config.input_kinds())
+        validate_items([item], model=form.model, inputs=target.config.input_kinds())
         job = ExtractJob(texts=[""], labels=None, options=form.extract_options(), items=[item])
-        extracted = await extract(state, form.model, job)
+        extracted = await extract(state, target, job)
     except SieError as error:
         return _error_response(error)
     assert extracted.data is not None  # a Whisper model's runner fills one transcript per item

@@ -10,7 +10,6 @@ from starlette.responses import Response
 
 from sie.frontend.body import read_body
 from sie.frontend.muvera import muvera_params
-from sie.frontend.pipeline import lora_index
 from sie.frontend.postprocess import apply_output_dtype
 from sie.frontend.render import (
     Timing,
@@ -22,9 +21,9 @@ from sie.frontend.render import (
 from sie.frontend.routes.answer import answer
 from sie.frontend.smve import smve_params
 from sie.frontend.state import FrontendState
+from sie.frontend.target import bind
+from sie.frontend.tasks.embed import embed
 from sie.frontend.tasks.encode import Embedded, EmbedOptions, supported_outputs
-from sie.frontend.tasks.images import embed_items
-from sie.frontend.tokenize import format_text
 from sie.frontend.wire import (
     EncodeOptions,
     EncodeParams,
@@ -41,42 +40,31 @@ async def encode(request: Request) -> Response:
     started = time.perf_counter()
     state: FrontendState = request.app.state.sie
     name = request.path_params["model"]
-    _, config = state.model(name)
+    slot, config = state.model(name)  # an unknown model is a 404 before its body is read
     body = await read_body(request, state.settings.max_request_body_bytes)
     req = decode_body(body, request.headers.get("content-type"), EncodeRequest)
     params = req.params or EncodeParams()
     options = params.options or EncodeOptions()
-    profile = config.profile(options.profile if options.profile in config.profiles else None)
-    runtime = profile.adapter_options.runtime
+    lora = options.lora or options.lora_id  # sie-sdk 0.10.1 sends `lora`; `lora_id` is the older name
+    target = bind(name, slot, config, options.profile, lora)
+    runtime = target.runtime
     muvera = muvera_params(options.muvera, runtime.muvera, runtime.muvera_config)
     smve = smve_params(options.smve, runtime.smve, runtime.smve_config)
     supported = supported_outputs(config, muvera, smve)
     validate_encode(req, model=name, supported=supported, inputs=config.input_kinds())
-    lora = options.lora or options.lora_id  # sie-sdk 0.10.1 sends `lora`; `lora_id` is the older name
-    if lora is not None:
-        lora_index(config, lora)  # an unknown adapter is a 400 before any load or queueing
-    texts = [
-        format_text(
-            item.text or "", is_query=bool(options.is_query), instruction=params.instruction, runtime=runtime
-        )
-        for item in req.items
-    ]
-    output_types = tuple(dict.fromkeys(output_types_of(req, runtime.output_types)))
-    embedded = await embed_items(  # image items take the image tower (sie.frontend.tasks.images)
-        state,
-        name,
-        req.items,
-        texts,
-        EmbedOptions(
-            output_types=output_types,
-            profile=options.profile,
-            normalize=options.normalize,
-            is_query=bool(options.is_query),
-            muvera=muvera,
-            smve=smve,
-            lora=lora,
-        ),
+    is_query = bool(options.is_query)
+    texts = target.format(
+        [item.text or "" for item in req.items], is_query=is_query, instruction=params.instruction
     )
+    output_types = tuple(dict.fromkeys(output_types_of(req, runtime.output_types)))
+    embed_options = EmbedOptions(
+        output_types=output_types,
+        normalize=options.normalize,
+        is_query=is_query,
+        muvera=muvera,
+        smve=smve,
+    )
+    embedded = await embed(state, target, req.items, texts, embed_options)
     post_started = time.perf_counter()
     as_json = wants_json(request.headers.get("accept"))
     columns = _columns(embedded, output_dtype_of(req), as_json)

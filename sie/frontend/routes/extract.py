@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.frontend.body import read_body
-from sie.frontend.pipeline import lora_option
 from sie.frontend.render import render_extract
 from sie.frontend.routes.answer import answer, stage_timing
 from sie.frontend.state import FrontendState
+from sie.frontend.target import bind, lora_option
 from sie.frontend.tasks.extract import Extracted, ExtractJob, check_extraction, extract
 from sie.frontend.wire import ExtractParams, ExtractRequest, decode_body, validate_items, wants_json
 
@@ -21,7 +21,7 @@ async def extract_route(request: Request) -> Response:
     started = time.perf_counter()
     state: FrontendState = request.app.state.sie
     name = request.path_params["model"]
-    _, config = state.model(name)
+    slot, config = state.model(name)  # an unknown model is a 404 before its body is read
     body = await read_body(request, state.settings.max_request_body_bytes)
     req = decode_body(body, request.headers.get("content-type"), ExtractRequest)
     params = req.params or ExtractParams()
@@ -29,21 +29,19 @@ async def extract_route(request: Request) -> Response:
     validate_items(req.items, model=name, inputs=config.input_kinds())
     options = params.options or {}
     profile = options.get("profile") if isinstance(options.get("profile"), str) else None
+    target = bind(name, slot, config, profile, lora_option(options))
     # Offsets of entities point into the item's own text, so no instruction or template is applied
     # here; a family that reads the instruction (gliclass) puts it in its own prompt.
     texts = [item.text or "" for item in req.items]
-    lora = lora_option(config, options)
     job = ExtractJob(
         texts=texts,
         labels=params.labels,
         options=options,
-        profile=profile,
         items=req.items,
-        lora=lora,
         instruction=params.instruction,
         output_schema=params.output_schema,
     )
-    extracted = await extract(state, name, job)
+    extracted = await extract(state, target, job)
     as_json = wants_json(request.headers.get("accept"))
     content = render_extract(model=name, items=_items(req.items, extracted), as_json=as_json)
     return answer(content, stage_timing(started, extracted), state.server_version, as_json=as_json)

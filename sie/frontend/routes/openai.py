@@ -10,8 +10,8 @@ from sie.frontend.body import read_body
 from sie.frontend.errors import openai_error_response
 from sie.frontend.render import render_openai_embeddings
 from sie.frontend.state import FrontendState
-from sie.frontend.tasks.encode import EmbedOptions, embed
-from sie.frontend.tokenize import format_text
+from sie.frontend.target import resolve
+from sie.frontend.tasks.encode import EmbedOptions, embed_texts
 from sie.frontend.wire import EmbeddingsRequest, decode_body
 
 
@@ -23,7 +23,8 @@ async def embeddings(request: Request) -> Response:
         texts = [req.input] if isinstance(req.input, str) else req.input
         if not texts or any(not text for text in texts):
             raise InvalidInput("'input' must be a non-empty string or a non-empty list of non-empty strings")
-        _, config = state.model(req.model)
+        target = resolve(state, req.model)
+        config = target.config
         dim = config.dense_dim()
         if dim is None:
             raise InvalidInput(f"Model '{req.model}' does not produce dense embeddings")
@@ -32,9 +33,7 @@ async def embeddings(request: Request) -> Response:
                 f"Model '{req.model}' has {dim} dimensions; 'dimensions' must be {dim} or omitted"
             )
         # OpenAI inputs are documents: the model's document template applies, as on /v1/encode.
-        runtime = config.profile().adapter_options.runtime
-        formatted = [format_text(text, is_query=False, instruction=None, runtime=runtime) for text in texts]
-        embedded = await embed(state, req.model, formatted, EmbedOptions())
+        embedded = await embed_texts(state, target, target.format(texts, is_query=False), EmbedOptions())
     except SieError as error:
         return openai_error_response(error)
     assert embedded.dense is not None  # EmbedOptions() asks for dense, which the model has

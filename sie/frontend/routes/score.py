@@ -11,16 +11,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.errors import InvalidInput
-from sie.families import family_of
 from sie.frontend.body import read_body
-from sie.frontend.pipeline import lora_option
 from sie.frontend.render import render_score
 from sie.frontend.routes.answer import answer, stage_timing
 from sie.frontend.scoring import rank
 from sie.frontend.state import FrontendState
+from sie.frontend.target import bind, lora_option, profile_option
 from sie.frontend.tasks.pages import score_pages
 from sie.frontend.tasks.score import Scored, builds_own_prompt, check_item_count, check_scoring, score
-from sie.frontend.tokenize import format_text
 from sie.frontend.wire import (
     Item,
     RerankRequest,
@@ -36,31 +34,25 @@ async def score_route(request: Request) -> Response:
     started = time.perf_counter()
     state: FrontendState = request.app.state.sie
     name = request.path_params["model"]
-    _, config = state.model(name)
+    slot, config = state.model(name)  # an unknown model is a 404 before its body is read
     body = await read_body(request, state.settings.max_request_body_bytes)
     req = decode_body(body, request.headers.get("content-type"), ScoreRequest)
     check_scoring(config, name)
     check_item_count(len(req.items))
     validate_items([req.query], model=name, inputs=config.input_kinds())
     validate_items(req.items, model=name, inputs=config.input_kinds())
-    profile = _profile_option(req.options)
-    if family_of(config.family).encode_runner is not None:  # pages and queries (sie.frontend.tasks.pages)
-        paged = await score_pages(
-            state, name, req.query, req.items, profile=profile, lora=lora_option(config, req.options)
-        )
+    target = bind(name, slot, config, profile_option(req.options), lora_option(req.options))
+    if target.family.encode_runner is not None:  # pages and queries (sie.frontend.tasks.pages)
+        paged = await score_pages(state, target, req.query, req.items)
         return _render(request, state, name, req, paged, started)
-    runtime = config.profile(profile if profile in config.profiles else None).adapter_options.runtime
     query = req.query.text or ""
     if not builds_own_prompt(config):  # an LLM reranker puts the instruction in its own prompt
-        query = format_text(query, is_query=True, instruction=req.instruction, runtime=runtime)
-    lora = lora_option(config, req.options)
+        query = target.format([query], is_query=True, instruction=req.instruction)[0]
     scored = await score(
         state,
-        name,
+        target,
         query,
         _texts(req.items),
-        profile=profile,
-        lora=lora,
         instruction=req.instruction,
         max_seq_length=(req.options or {}).get("max_seq_length"),
     )
@@ -121,7 +113,7 @@ async def _rerank(
     top_n: int | None,
     options: dict[str, Any] | None,
 ) -> Scored:
-    _, config = state.model(model)
+    slot, config = state.model(model)
     check_scoring(config, model)
     if top_n is not None and top_n < 1:
         raise InvalidInput("'top_n' must be a positive integer")
@@ -130,15 +122,8 @@ async def _rerank(
     check_item_count(len(documents))
     validate_items([Item(text=query)], model=model)
     validate_items([Item(text=d) for d in documents], model=model)
-    return await score(
-        state,
-        model,
-        query,
-        documents,
-        profile=_profile_option(options),
-        lora=lora_option(config, options),
-        max_seq_length=(options or {}).get("max_seq_length"),
-    )
+    target = bind(model, slot, config, profile_option(options), lora_option(options))
+    return await score(state, target, query, documents, max_seq_length=(options or {}).get("max_seq_length"))
 
 
 def _results(
@@ -157,10 +142,3 @@ def _results(
 
 def _texts(items: list[Item]) -> list[str]:
     return [item.text or "" for item in items]
-
-
-def _profile_option(options: dict[str, Any] | None) -> str | None:
-    profile = (options or {}).get("profile")
-    if profile is not None and not isinstance(profile, str):
-        raise InvalidInput("options.profile must be a string")
-    return profile

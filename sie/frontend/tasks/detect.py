@@ -17,8 +17,9 @@ import numpy as np
 
 from sie.errors import InvalidInput
 from sie.frontend.media.submit import Prepared, submit_units
-from sie.frontend.pipeline import admit, config_key
+from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, decode_pixels, image_units, pixel_bytes, spec_of
 from sie.model_config import ModelConfig
@@ -27,7 +28,8 @@ from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 DEFAULT_THRESHOLD = 0.1
 
 
-async def detect(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+async def detect(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
     labels = job.labels or []
     for index, item in enumerate(job.items):
         if item.images and len(item.images) > 1:
@@ -35,11 +37,12 @@ async def detect(state: FrontendState, name: str, config: ModelConfig, job: Extr
                 f"Item {index} has {len(item.images)} images; detection reads one image per item"
             )
     units = image_units(range(len(job.items)), [item.images or [] for item in job.items], 1)
-    slot, _ = admit(state, name, len(units), job.profile)
-    threshold = _threshold(job.options, config.profile(job.profile).adapter_options.runtime.threshold)
+    admit(state, target, len(units))
+    slot = target.slot
+    threshold = _threshold(job.options, target.runtime.threshold)
     spec = spec_of(state, config)
     queries, owners = _queries(state, config, labels)
-    key = config_key(job.profile or config.default_profile_name)
+    key = config_key(target.profile_name)
     max_pixels = state.settings.max_image_pixels
 
     def prepare(part: Sequence[ImageUnit]) -> Prepared:

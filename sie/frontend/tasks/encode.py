@@ -1,7 +1,8 @@
-"""The encode task: dense, sparse and multi-vector embeddings (and MUVERA, SMVE) for any encode family.
+"""The encode task's text path and its types: dense, sparse and multi-vector embeddings (and MUVERA,
+SMVE) of texts, for any encode family (`tasks/embed.py` routes each request's items here or to images).
 
-The device returns raw arrays; everything else happens here: query/document formatting and
-family tokenization before, normalization and MUVERA / SMVE after. Output dtypes and rendering belong
+The device returns raw arrays; everything else happens here: family tokenization before (the route
+has applied the templates), normalization and MUVERA / SMVE after. Output dtypes and rendering belong
 to the route, since `/v1/embeddings` renders the same vectors differently.
 """
 
@@ -13,14 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sie.families import family_of
 from sie.frontend.colbert import ColbertTokenization
 from sie.frontend.muvera import MuveraParams, fde
-from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
+from sie.frontend.pipeline import admit, submit, tokenize
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.smve import SmveParams
 from sie.frontend.smve import encode as smve_encode
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
 from sie.frontend.tasks.idf_queries import LookedUp, try_idf_queries
 from sie.frontend.tokenize import Encoded
 from sie.frontend.wire import DEFAULT_OUTPUT_TYPES
@@ -33,12 +34,10 @@ _KINDS = {"dense": ResultKind.DENSE, "sparse": ResultKind.SPARSE, "multivector":
 @dataclass(frozen=True, slots=True)
 class EmbedOptions:
     output_types: tuple[str, ...] = DEFAULT_OUTPUT_TYPES
-    profile: str | None = None
     normalize: bool | None = None
     is_query: bool = False
     muvera: MuveraParams | None = None  # already validated (see sie.frontend.muvera)
     smve: SmveParams | None = None  # already validated (see sie.frontend.smve)
-    lora: str | None = None  # a LoRA adapter from the model's `loras` (checked by the route)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +68,15 @@ def supported_outputs(
     return supported
 
 
-async def embed(state: FrontendState, name: str, texts: list[str], options: EmbedOptions) -> Embedded:
-    looked_up = await try_idf_queries(state, name, texts, options.profile) if options.is_query else None
-    if looked_up is not None:  # an inference-free sparse model's queries: no device at all
-        return _idf_embedded(looked_up)
-    slot, config = admit(state, name, len(texts), options.profile)
-    family = family_of(config.family)
-    profile = config.profile(options.profile)
+async def embed_texts(
+    state: FrontendState, target: Target, texts: list[str], options: EmbedOptions
+) -> Embedded:
+    """Every text through the model (an inference-free sparse model's queries: no device at all)."""
+    looked_up = await try_idf_queries(state, target, texts) if options.is_query else None
+    if looked_up is not None:
+        return _idf_embedded(target.config, looked_up)
+    admit(state, target, len(texts))
+    config = target.config
     muvera = options.muvera
     wanted = set(options.output_types)
     from_muvera = muvera is not None and "dense" in wanted and "dense" not in config.output_types()
@@ -85,21 +86,20 @@ async def embed(state: FrontendState, name: str, texts: list[str], options: Embe
     if from_muvera or from_smve:
         kinds.add(ResultKind.MULTIVECTOR)
     encoded, tokenization_ms = await tokenize(
-        lambda: _tokenize(state, config, texts, options.is_query, options.profile), len(texts)
+        lambda: _tokenize(state, target, texts, options.is_query), len(texts)
     )
     submitted = await submit(
         state,
-        slot,
+        target,
         encoded,
         op=Op.ENCODE,
         kinds=kinds,
-        key=lora_config_key(config, options.profile or config.default_profile_name, options.lora),
-        is_query=options.is_query and family.device_reads_is_query,
+        is_query=options.is_query and target.family.device_reads_is_query,
         tokenization_ms=tokenization_ms,
     )
     started = time.perf_counter()
     results = submitted.results
-    normalize = profile.adapter_options.runtime.normalize if options.normalize is None else options.normalize
+    normalize = target.runtime.normalize if options.normalize is None else options.normalize
     multivector = None
     if ResultKind.MULTIVECTOR in kinds:
         raw = results.ragged[ResultKind.MULTIVECTOR]
@@ -131,10 +131,9 @@ async def embed(state: FrontendState, name: str, texts: list[str], options: Embe
     )
 
 
-def _tokenize(
-    state: FrontendState, config: ModelConfig, texts: list[str], is_query: bool, profile: str | None
-) -> Encoded:
-    if family_of(config.family).encode_tokenization == "colbert":
+def _tokenize(state: FrontendState, target: Target, texts: list[str], is_query: bool) -> Encoded:
+    config, profile = target.config, target.profile_name
+    if target.family.encode_tokenization == "colbert":
         colbert = state.tokenizers.derived(
             config,
             f"colbert:{profile}",
@@ -144,13 +143,13 @@ def _tokenize(
     return state.tokenizers.for_profile(config, profile).encode(texts)
 
 
-def _idf_embedded(looked_up: LookedUp) -> Embedded:
+def _idf_embedded(config: ModelConfig, looked_up: LookedUp) -> Embedded:
     """Queries looked up in the model's IDF table: sparse only, and no device time."""
     return Embedded(
         dense=None,
         sparse=looked_up.sparse,
         multivector=None,
-        sparse_dims=_sparse_dims(looked_up.config),
+        sparse_dims=_sparse_dims(config),
         input_tokens=looked_up.input_tokens,
         tokenization_ms=looked_up.tokenization_ms,
         queue_ms=0.0,

@@ -20,8 +20,9 @@ from sie.frontend import gliner2_structure as structure
 from sie.frontend.gliner2 import Gliner2Prompts, Schema, Words, check_field_names
 from sie.frontend.gliner2_decode import entities, split_values
 from sie.frontend.gliner2_windows import Found, picks, pool, ranked, windows
-from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
+from sie.frontend.pipeline import admit, submit, tokenize
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
@@ -52,9 +53,10 @@ class Task:
         return rows, owners
 
 
-async def run_gliner2(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
-    task = plan(job, config.profile(job.profile).adapter_options.loadtime)
-    slot, _ = admit(state, name, len(job.texts), job.profile)
+async def run_gliner2(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
+    task = plan(job, target.profile.adapter_options.loadtime)
+    admit(state, target, len(job.texts))
     prompts = state.tokenizers.derived(config, "gliner2", lambda tok: Gliner2Prompts.for_model(tok, config))
     rows, owners = task.rows(job.texts, prompts.limits.max_words)
     (encoded, read), tokenization_ms = await tokenize(
@@ -62,11 +64,10 @@ async def run_gliner2(state: FrontendState, name: str, config: ModelConfig, job:
     )
     submitted = await submit(
         state,
-        slot,
+        target,
         encoded,
         op=Op.EXTRACT,
         kinds={ResultKind.TOKEN_SCORES},
-        key=lora_config_key(config, job.profile or config.default_profile_name, job.lora),
         tokenization_ms=tokenization_ms,
     )
     values = submitted.results.ragged[ResultKind.TOKEN_SCORES]

@@ -14,18 +14,19 @@ from typing import Any
 from sie.errors import InvalidInput
 from sie.frontend.gliner import decode
 from sie.frontend.gliner_bi import GlinerBiInputs
-from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
+from sie.frontend.pipeline import admit, submit, tokenize
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob
-from sie.model_config import ModelConfig
 from sie.shm.layout import Op, ResultKind
 
 DEFAULT_THRESHOLD = 0.5  # SIE's GLiNER-bi default (its catalog profiles say 0.3)
 
 
-async def run_gliner_bi(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+async def run_gliner_bi(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
     labels = job.labels or []
-    runtime = config.profile(job.profile).adapter_options.runtime
+    runtime = target.runtime
     options = job.options
     if options.get("relation_labels"):
         raise InvalidInput(
@@ -36,8 +37,8 @@ async def run_gliner_bi(state: FrontendState, name: str, config: ModelConfig, jo
     flat_ner = checked_flag(options, "flat_ner", True)
     multi_label = checked_flag(options, "multi_label", runtime.multi_label)
     checked_flag(options, "precompute_labels", True)
-    slot, _ = admit(state, name, len(job.texts), job.profile)
-    profile = job.profile or config.default_profile_name
+    admit(state, target, len(job.texts))
+    profile = target.profile_name
     inputs = state.tokenizers.derived(
         config, f"gliner_bi:{profile}", lambda _: GlinerBiInputs.for_model(config, profile)
     )
@@ -46,11 +47,10 @@ async def run_gliner_bi(state: FrontendState, name: str, config: ModelConfig, jo
     )
     submitted = await submit(
         state,
-        slot,
+        target,
         encoded,
         op=Op.EXTRACT,
         kinds={ResultKind.TOKEN_SCORES},
-        key=lora_config_key(config, profile, job.lora),
         tokenization_ms=tokenization_ms,
     )
     scores = submitted.results.ragged[ResultKind.TOKEN_SCORES]

@@ -11,37 +11,36 @@ from __future__ import annotations
 
 from sie.frontend.gliner import GlinerPrompts, merge_adjacent, unique_labels
 from sie.frontend.gliner_relex import decode_item, relex_options
-from sie.frontend.pipeline import config_key, lora_index, submit, tokenize
+from sie.frontend.pipeline import submit, tokenize
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target, config_key, lora_index
 from sie.frontend.tasks.extract import MAX_EXTRACT_LABELS, Extracted, ExtractJob
-from sie.model_config import ModelConfig
 from sie.shm.layout import Op, ResultKind, with_lora
 
 
 async def run_gliner_relex(
     state: FrontendState,
-    slot: int,
-    config: ModelConfig,
+    target: Target,
     job: ExtractJob,
     prompts: GlinerPrompts,
     threshold: float,
     merge: bool,
 ) -> Extracted:
     labels = unique_labels(job.labels or [])
-    runtime = config.profile(job.profile).adapter_options.runtime
+    runtime = target.runtime
     relex = relex_options(job.options, labels, threshold, runtime.relation_threshold, MAX_EXTRACT_LABELS)
     (encoded, words), tokenization_ms = await tokenize(
         lambda: prompts.encode(job.texts, labels, relex.relation_labels), len(job.texts)
     )
     submitted = await submit(
         state,
-        slot,
+        target,
         encoded,
         op=Op.EXTRACT,
         kinds={ResultKind.TOKEN_SCORES},
-        key=_batch_key(config, job, threshold),
+        key=_batch_key(target, threshold),
         tokenization_ms=tokenization_ms,
-        temperature=threshold,  # the forward picks relation candidates with it
+        scalar=threshold,  # the forward picks relation candidates with it
     )
     rows = submitted.results.ragged[ResultKind.TOKEN_SCORES]
     width = prompts.settings.max_width
@@ -65,9 +64,9 @@ async def run_gliner_relex(
     )
 
 
-def _batch_key(config: ModelConfig, job: ExtractJob, threshold: float) -> int:
+def _batch_key(target: Target, threshold: float) -> int:
     """Requests share a device batch only with the same threshold (the device reads one per batch)."""
-    profile = job.profile or config.default_profile_name
-    extra = (job.lora,) if job.lora is not None else ()
-    key = config_key(profile, *extra, f"relex threshold={threshold!r}")
-    return key if job.lora is None else with_lora(key, lora_index(config, job.lora))
+    lora = target.lora
+    extra = (lora,) if lora is not None else ()
+    key = config_key(target.profile_name, *extra, f"relex threshold={threshold!r}")
+    return key if lora is None else with_lora(key, lora_index(target.config, lora))

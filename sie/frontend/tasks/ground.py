@@ -19,20 +19,20 @@ from sie.frontend.grounding_dino import GroundingPrompts, Thresholds, objects_of
 from sie.frontend.media.detr import resize_detr
 from sie.frontend.media.images import decode_image
 from sie.frontend.media.submit import MESSAGE_SHARE, Prepared, submit_units
-from sie.frontend.pipeline import admit, config_key
+from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, image_units, spec_of
-from sie.model_config import ModelConfig, RuntimeOptions, resolve_tokenizer_file, resolve_weights_dir
+from sie.model_config import RuntimeOptions, resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 DEFAULT_BOX_THRESHOLD = 0.25  # SIE's and transformers' defaults
 DEFAULT_TEXT_THRESHOLD = 0.25
 
 
-async def run_grounding_dino(
-    state: FrontendState, name: str, config: ModelConfig, job: ExtractJob
-) -> Extracted:
+async def run_grounding_dino(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
     labels = job.labels or []
     for index, item in enumerate(job.items):
         if item.images and len(item.images) > 1:
@@ -40,8 +40,9 @@ async def run_grounding_dino(
                 f"Item {index} has {len(item.images)} images; detection reads one image per item"
             )
     units = image_units(range(len(job.items)), [item.images or [] for item in job.items], 1)
-    slot, _ = admit(state, name, len(units), job.profile)
-    thresholds = thresholds_of(job.options, config.profile(job.profile).adapter_options.runtime)
+    admit(state, target, len(units))
+    slot = target.slot
+    thresholds = thresholds_of(job.options, target.runtime)
     prompts = state.tokenizers.derived(
         config,
         "grounding-dino",
@@ -49,7 +50,7 @@ async def run_grounding_dino(
     )
     prompt = prompts.encode(labels)
     spec = spec_of(state, config)
-    profile = job.profile or config.default_profile_name
+    profile = target.profile_name
     max_pixels = state.settings.max_image_pixels
 
     def prepare(part: Sequence[ImageUnit]) -> Prepared:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sie.families import family_of
 from sie.frontend.idf import IdfTable, SparseRow, read_idf_table
 from sie.frontend.observe import note_work
 from sie.frontend.pipeline import admit, tokenize
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
 from sie.frontend.tokenize import TextTokenizer, TokenizerCache
 from sie.model_config import ModelConfig, resolve_weights_dir, weights_present
 from sie.shm.control import ModelState
@@ -29,18 +29,15 @@ class _Folder:
 
 @dataclass(frozen=True, slots=True)
 class LookedUp:
-    config: ModelConfig
     sparse: list[SparseRow]
     input_tokens: int
     tokenization_ms: float
 
 
-async def try_idf_queries(
-    state: FrontendState, name: str, texts: list[str], profile: str | None
-) -> LookedUp | None:
+async def try_idf_queries(state: FrontendState, target: Target, texts: list[str]) -> LookedUp | None:
     """The queries' IDF vectors, or None when the model encodes queries on the device."""
-    slot, config = state.model(name)
-    if not family_of(config.family).idf_queries:
+    slot, config = target.slot, target.config
+    if not target.family.idf_queries:
         return None
     # A loaded model's files are on disk; otherwise look (a few stats), never download here.
     if state.devices.model_state(slot) != ModelState.LOADED and not weights_present(config):
@@ -48,13 +45,13 @@ async def try_idf_queries(
     table = _idf_table(state.tokenizers, config)
     if table is None:
         return None
-    admit(state, name, len(texts), profile, needs_device=False)
-    tokenizer = state.tokenizers.for_profile(config, profile)
+    admit(state, target, len(texts), needs_device=False)
+    tokenizer = state.tokenizers.for_profile(config, target.profile_name)
     ids, tokenization_ms = await tokenize(lambda: tokenizer.head_ids(texts, tokenizer.max_length), len(texts))
     sparse = table.lookup(ids)
     n_tokens = sum(map(len, ids))
     note_work(len(texts), n_tokens, tokenization_ms, 0.0, 0.0)
-    return LookedUp(config, sparse, n_tokens, tokenization_ms)
+    return LookedUp(sparse, n_tokens, tokenization_ms)
 
 
 def _idf_table(tokenizers: TokenizerCache, config: ModelConfig) -> IdfTable | None:

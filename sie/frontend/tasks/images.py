@@ -1,4 +1,4 @@
-"""The encode task for items with images (CLIP, SigLIP): one vector per item, from its images.
+"""The encode task's image path (CLIP, SigLIP): one vector per item, from its images.
 
 Each image is its own device item (cost 1, the pixels already at the model's size). An item with
 several images gets the mean of their normalized vectors, normalized again (SIE averages too; the
@@ -7,21 +7,19 @@ second normalization keeps every returned vector unit-length when the model norm
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sie.errors import InvalidInput
-from sie.families import family_of
 from sie.frontend.media.images import decode_image, preprocess
 from sie.frontend.media.submit import Prepared, submit_units
-from sie.frontend.pipeline import admit, config_key
+from sie.frontend.pipeline import admit
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.state import FrontendState
-from sie.frontend.tasks.encode import Embedded, EmbedOptions, embed
-from sie.frontend.wire import ImageInput, Item
+from sie.frontend.target import Target, config_key
+from sie.frontend.wire import ImageInput
 from sie.media_config import ImageSpec, image_spec
 from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
@@ -88,18 +86,17 @@ def decode_pixels(
 
 async def embed_images(
     state: FrontendState,
-    name: str,
+    target: Target,
     positions: Sequence[int],
     images: Sequence[list[ImageInput]],
     *,
-    profile: str | None,
     normalize: bool,
 ) -> ImageVectors:
     """One vector per item from its images (items at `positions` of the request)."""
     units = image_units(positions, images, state.settings.max_images_per_item)
-    slot, config = admit(state, name, len(units), profile)
-    spec = spec_of(state, config)
-    key = config_key(profile or config.default_profile_name)
+    admit(state, target, len(units))
+    spec = spec_of(state, target.config)
+    slot, key = target.slot, config_key(target.profile_name)  # the image tower takes no LoRA adapter
     max_pixels = state.settings.max_image_pixels
 
     def prepare(part: Sequence[ImageUnit]) -> Prepared:
@@ -136,48 +133,3 @@ def _per_item(rows: np.ndarray, owners: list[int], normalize: bool) -> np.ndarra
         np.float32
     )
     return l2_normalize(out) if normalize else out
-
-
-async def embed_items(
-    state: FrontendState, name: str, items: Sequence[Item], texts: list[str], options: EmbedOptions
-) -> Embedded:
-    """Image items through the image tower, the others (`texts[i]`) through `embed`, in order."""
-    runner = family_of(state.model(name)[1].family).encode_function()
-    if runner is not None:  # a family that encodes its items itself (sie.families.spec)
-        return await runner(state, name, items, texts, options)  # type: ignore[no-any-return]
-    image_at = [i for i, item in enumerate(items) if item.images]
-    if not image_at:
-        return await embed(state, name, texts, options)
-    text_at = [i for i, item in enumerate(items) if not item.images]
-    _, config = state.model(name)
-    runtime = config.profile(options.profile).adapter_options.runtime
-    normalize = runtime.normalize if options.normalize is None else options.normalize
-    pictures = embed_images(
-        state,
-        name,
-        image_at,
-        [items[i].images or [] for i in image_at],
-        profile=options.profile,
-        normalize=normalize,
-    )
-    if text_at:
-        words, vectors = await asyncio.gather(
-            embed(state, name, [texts[i] for i in text_at], options), pictures
-        )
-    else:
-        words, vectors = None, await pictures
-    dense = np.empty((len(items), vectors.dense.shape[1]), np.float32)
-    dense[image_at] = vectors.dense
-    if words is not None and words.dense is not None:
-        dense[text_at] = words.dense
-    return Embedded(
-        dense=dense,
-        sparse=None,
-        multivector=None,
-        sparse_dims=0,
-        input_tokens=words.input_tokens if words else 0,
-        tokenization_ms=vectors.prepare_ms + (words.tokenization_ms if words else 0.0),
-        queue_ms=max(vectors.queue_ms, words.queue_ms if words else 0.0),
-        inference_ms=vectors.inference_ms + (words.inference_ms if words else 0.0),
-        postprocessing_ms=words.postprocessing_ms if words else 0.0,
-    )

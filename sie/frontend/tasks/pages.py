@@ -18,17 +18,17 @@ from typing import Protocol
 
 import numpy as np
 
-from sie.families import family_of
-from sie.frontend.colbert import maxsim
 from sie.frontend.media.images import decode_image
 from sie.frontend.media.submit import Prepared, submit_units
 from sie.frontend.muvera import fde
-from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
+from sie.frontend.pipeline import admit, submit, tokenize
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
+from sie.frontend.tasks.embed import EncodeRunner
 from sie.frontend.tasks.encode import Embedded, EmbedOptions
 from sie.frontend.tasks.images import ImageUnit, image_units
-from sie.frontend.tasks.score import Scored
+from sie.frontend.tasks.score import Scored, maxsim_scored
 from sie.frontend.tokenize import Encoded
 from sie.frontend.wire import ImageInput, Item
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
@@ -65,29 +65,26 @@ class _Part:
 
 async def embed_pages(
     state: FrontendState,
-    name: str,
+    target: Target,
     items: Sequence[Item],
     texts: list[str],
     options: EmbedOptions,
     recipe: PageRecipe,
 ) -> Embedded:
     """Multi-vectors (and MUVERA's dense) of every item: images as pages, the others as queries."""
-    _, config = state.model(name)
-    key = lora_config_key(config, options.profile or config.default_profile_name, options.lora)
     image_at = [i for i, item in enumerate(items) if item.images]
     text_at = [i for i, item in enumerate(items) if not item.images]
     pictures = [items[i].images or [] for i in image_at]
     parts = await asyncio.gather(
-        _queries(state, name, [texts[i] for i in text_at], options.profile, key, recipe),
-        _pages(state, name, image_at, pictures, options.profile, key, recipe),
+        _queries(state, target, [texts[i] for i in text_at], recipe),
+        _pages(state, target, image_at, pictures, recipe),
     )
     started = time.perf_counter()
     raw: list[np.ndarray] = [np.empty(0)] * len(items)
     for positions, part in zip((text_at, image_at), parts, strict=True):
         for i, vectors in zip(positions, part.vectors, strict=True):
             raw[i] = vectors
-    runtime = config.profile(options.profile).adapter_options.runtime
-    normalize = runtime.normalize if options.normalize is None else options.normalize
+    normalize = target.runtime.normalize if options.normalize is None else options.normalize
     multivector = [l2_normalize(m) for m in raw] if normalize else raw
     wanted = set(options.output_types)
     dense = None
@@ -106,31 +103,28 @@ async def embed_pages(
     )
 
 
-async def _queries(
-    state: FrontendState, name: str, texts: list[str], profile: str | None, key: int, recipe: PageRecipe
-) -> _Part:
+async def _queries(state: FrontendState, target: Target, texts: list[str], recipe: PageRecipe) -> _Part:
     if not texts:
         return _Part([], 0, 0.0, 0.0, 0.0)
-    slot, _ = admit(state, name, len(texts), profile)
+    admit(state, target, len(texts))
     encoded, tokenization_ms = await tokenize(lambda: recipe.queries(texts), len(texts))
-    submitted = await submit(state, slot, encoded, op=Op.ENCODE, kinds=_KINDS, key=key)
+    submitted = await submit(state, target, encoded, op=Op.ENCODE, kinds=_KINDS)
     vectors = submitted.results.ragged[ResultKind.MULTIVECTOR]
     return _Part(vectors, encoded.n_tokens, tokenization_ms, submitted.queue_ms, submitted.inference_ms)
 
 
 async def _pages(
     state: FrontendState,
-    name: str,
+    target: Target,
     positions: list[int],
     images: list[list[ImageInput]],
-    profile: str | None,
-    key: int,
     recipe: PageRecipe,
 ) -> _Part:
     if not positions:
         return _Part([], 0, 0.0, 0.0, 0.0)
     units = image_units(positions, images, state.settings.max_images_per_item)
-    slot, _ = admit(state, name, len(units), profile)
+    admit(state, target, len(units))
+    slot, key = target.slot, target.batch_key()
     max_pixels = state.settings.max_image_pixels
 
     def prepare(part: Sequence[ImageUnit]) -> Prepared:
@@ -162,21 +156,13 @@ def _page_batch(pages: list[Page], slot: int, key: int) -> TokenBatch:
     )
 
 
-async def score_pages(
-    state: FrontendState, name: str, query: Item, items: list[Item], *, profile: str | None, lora: str | None
-) -> Scored:
+async def score_pages(state: FrontendState, target: Target, query: Item, items: list[Item]) -> Scored:
     """MaxSim of the query's vectors (its text, or its images) against each item's."""
-    _, config = state.model(name)
-    runner = family_of(config.family).encode_function()
-    options = EmbedOptions(output_types=("multivector",), profile=profile, normalize=True, lora=lora)
-    query_side = await runner(state, name, [query], [query.text or ""], replace(options, is_query=True))
-    item_side = await runner(state, name, items, [item.text or "" for item in items], options)
-    assert query_side.multivector is not None and item_side.multivector is not None
-    scores = maxsim(query_side.multivector[0], item_side.multivector)
-    return Scored(
-        np.asarray(scores, np.float32),
-        query_side.input_tokens + item_side.input_tokens,
-        query_side.tokenization_ms + item_side.tokenization_ms,
-        max(query_side.queue_ms, item_side.queue_ms),
-        query_side.inference_ms + item_side.inference_ms,
+    runner: EncodeRunner = target.family.encode_function()
+    options = EmbedOptions(output_types=("multivector",), normalize=True)
+    admit(state, target, len(items))  # one load order and one answer when the model is not ready
+    query_side, item_side = await asyncio.gather(  # both on the device at once
+        runner(state, target, [query], [query.text or ""], replace(options, is_query=True)),
+        runner(state, target, items, [item.text or "" for item in items], options),
     )
+    return maxsim_scored(query_side, item_side)

@@ -28,11 +28,12 @@ from sie.frontend.media.audio import Audio, decode_audio
 from sie.frontend.media.pauses import pause_cuts
 from sie.frontend.media.submit import Prepared, submit_units
 from sie.frontend.parakeet import ParakeetVocab, TimedToken, segments_of, shifted, words_of
-from sie.frontend.pipeline import admit, config_key
+from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.media_config import AudioSpec, read_preprocessor_config
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 OPTIONS = frozenset({"language", "temperature", "timestamp_granularities", "profile"})
@@ -102,9 +103,8 @@ def parakeet_options(job: ExtractJob) -> frozenset[str]:
     return frozenset(asked)
 
 
-async def transcribe_parakeet(
-    state: FrontendState, name: str, config: ModelConfig, job: ExtractJob
-) -> Extracted:
+async def transcribe_parakeet(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
     granularities = parakeet_options(job)
     vocab = state.tokenizers.derived(
         config, "parakeet", lambda tok: ParakeetVocab.from_folder(tok.raw, resolve_weights_dir(config))
@@ -121,8 +121,9 @@ async def transcribe_parakeet(
         for i, (recording, spans) in enumerate(cut)
         for start, end in spans
     ]
-    slot, _ = admit(state, name, len(pieces), job.profile)
-    device = _Device(state, slot, bool(granularities), config_key(job.profile or config.default_profile_name))
+    admit(state, target, len(pieces))
+    slot = target.slot
+    device = _Device(state, slot, bool(granularities), config_key(target.profile_name))
     decoded = await device.decode(pieces)
     await _retry_empty_endings(device, vocab, audio, pieces, decoded)
     per_item: list[list[tuple[Piece, Decoded]]] = [[] for _ in audios]

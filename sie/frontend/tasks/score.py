@@ -8,6 +8,7 @@ and the items as token matrices and scores them by MaxSim.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,10 +17,11 @@ from sie.errors import InvalidInput
 from sie.families import family_of
 from sie.frontend.colbert import maxsim
 from sie.frontend.llm_prompts import LlmPrompts
-from sie.frontend.pipeline import admit, lora_config_key, submit, tokenize
+from sie.frontend.pipeline import admit, submit, tokenize
 from sie.frontend.scoring import activation_of, item_scores
 from sie.frontend.state import FrontendState
-from sie.frontend.tasks.encode import EmbedOptions, embed
+from sie.frontend.target import Target
+from sie.frontend.tasks.encode import Embedded, EmbedOptions, embed_texts
 from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
@@ -52,25 +54,22 @@ def check_item_count(n_items: int) -> None:
 
 async def score(
     state: FrontendState,
-    name: str,
+    target: Target,
     query: str,
     items: list[str],
     *,
-    profile: str | None = None,
-    lora: str | None = None,
     instruction: str | None = None,
     max_seq_length: int | None = None,
 ) -> Scored:
     """`instruction` and `max_seq_length` (the request's) are read by families that build their own
-    prompt (LLM rerankers); the others get `query` already formatted."""
-    _, config = state.model(name)
-    check_scoring(config, name)
-    check_item_count(len(items))
-    if family_of(config.family).score == "maxsim":
-        return await _late_interaction(state, name, query, items, profile, lora)
-    slot, config = admit(state, name, len(items), profile)
+    prompt (LLM rerankers); the others get `query` already formatted. The route has checked that
+    the model scores and how many items there are."""
+    if target.family.score == "maxsim":
+        return await _late_interaction(state, target, query, items)
+    admit(state, target, len(items))
+    config = target.config
     if builds_own_prompt(config):
-        prompts = llm_prompts(state, config, profile)
+        prompts = llm_prompts(state, target)
         limit = prompts.limit(max_seq_length)
         encoded, tokenization_ms = await tokenize(
             lambda: prompts.encode(query, items, instruction, limit), len(items)
@@ -81,15 +80,9 @@ async def score(
             lambda: tokenizer.encode_pairs([query] * len(items), items), len(items)
         )
     submitted = await submit(
-        state,
-        slot,
-        encoded,
-        op=Op.SCORE,
-        kinds={ResultKind.SCORES},
-        key=lora_config_key(config, profile or config.default_profile_name, lora),
-        tokenization_ms=tokenization_ms,
+        state, target, encoded, op=Op.SCORE, kinds={ResultKind.SCORES}, tokenization_ms=tokenization_ms
     )
-    configured = _activation_setting(config, profile)
+    configured = _activation_setting(target)
     activation = state.tokenizers.derived(
         config, f"activation:{configured}", lambda _: _activation(config, configured)
     )
@@ -102,14 +95,13 @@ def builds_own_prompt(config: ModelConfig) -> bool:
     return family_of(config.family).score_tokenization == "llm_prompt"
 
 
-def llm_prompts(state: FrontendState, config: ModelConfig, profile: str | None) -> LlmPrompts:
+def llm_prompts(state: FrontendState, target: Target) -> LlmPrompts:
     """The profile's prompt builder, made once per model and profile."""
-    chosen = profile or config.default_profile_name
-    runtime = config.profile(chosen).adapter_options.runtime
+    config, runtime = target.config, target.runtime
     declared = config.max_sequence_length
     return state.tokenizers.derived(
         config,
-        f"llm_prompts:{chosen}",
+        f"llm_prompts:{target.profile_name}",
         lambda tok: LlmPrompts.for_profile(tok, runtime, resolve_weights_dir(config), declared),
     )
 
@@ -120,21 +112,27 @@ def _activation(config: ModelConfig, configured: str | None) -> str:
     return activation_of(resolve_weights_dir(config), configured)
 
 
-def _activation_setting(config: ModelConfig, profile: str | None) -> str | None:
+def _activation_setting(target: Target) -> str | None:
     """The YAML's activation (None: CrossEncoder's choice). An LLM reranker's device score is SIE's
     final one, except a saved CrossEncoder stack's ("native"), activated as CrossEncoder does."""
-    runtime = config.profile(profile).adapter_options.runtime
-    if builds_own_prompt(config) and runtime.input_format != "native":
+    runtime = target.runtime
+    if builds_own_prompt(target.config) and runtime.input_format != "native":
         return "identity"
     return runtime.activation
 
 
-async def _late_interaction(
-    state: FrontendState, name: str, query: str, items: list[str], profile: str | None, lora: str | None
-) -> Scored:
-    vectors = EmbedOptions(output_types=("multivector",), profile=profile, normalize=True, lora=lora)
-    query_side = await embed(state, name, [query], replace(vectors, is_query=True))
-    item_side = await embed(state, name, items, vectors)
+async def _late_interaction(state: FrontendState, target: Target, query: str, items: list[str]) -> Scored:
+    vectors = EmbedOptions(output_types=("multivector",), normalize=True)
+    admit(state, target, len(items))  # one load order and one answer when the model is not ready
+    query_side, item_side = await asyncio.gather(  # both on the device at once
+        embed_texts(state, target, [query], replace(vectors, is_query=True)),
+        embed_texts(state, target, items, vectors),
+    )
+    return maxsim_scored(query_side, item_side)
+
+
+def maxsim_scored(query_side: Embedded, item_side: Embedded) -> Scored:
+    """MaxSim of the one query's token vectors against each item's, with both sides' timings."""
     assert query_side.multivector is not None and item_side.multivector is not None
     scores = maxsim(query_side.multivector[0], item_side.multivector)
     return Scored(

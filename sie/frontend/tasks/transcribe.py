@@ -20,12 +20,13 @@ import numpy as np
 from sie.errors import InvalidInput
 from sie.frontend.media.audio import Audio, decode_audio, windows
 from sie.frontend.media.submit import Prepared, submit_units
-from sie.frontend.pipeline import admit, config_key
+from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
+from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.transcripts import WhisperVocab
 from sie.media_config import AudioSpec, audio_spec
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 OPTIONS = frozenset({"language", "temperature", "timestamp_granularities", "profile"})
@@ -67,7 +68,8 @@ def transcribe_options(options: dict[str, Any], labels: list[str] | None) -> Tra
     return TranscribeOptions(code, float(temperature), "segment" in asked, "word" in asked)
 
 
-async def transcribe(state: FrontendState, name: str, config: ModelConfig, job: ExtractJob) -> Extracted:
+async def transcribe(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
     options = transcribe_options(job.options, job.labels)
     vocab = state.tokenizers.derived(config, "whisper", lambda tok: WhisperVocab.from_tokenizer(tok.raw))
     spec = state.tokenizers.derived(config, "audio-spec", lambda _: audio_spec(resolve_weights_dir(config)))
@@ -80,11 +82,10 @@ async def transcribe(state: FrontendState, name: str, config: ModelConfig, job: 
         for i, audio in enumerate(audios)
         for w, samples in enumerate(windows(audio.samples, spec.n_samples))
     ]
-    slot, _ = admit(state, name, len(units), job.profile)
+    admit(state, target, len(units))
+    slot = target.slot
     kinds = {ResultKind.TOKENS} | ({ResultKind.TOKEN_TIMES} if options.words else set())
-    key = config_key(
-        job.profile or config.default_profile_name, *map(str, prompt), f"t={options.temperature}"
-    )
+    key = config_key(target.profile_name, *map(str, prompt), f"t={options.temperature}")
 
     def prepare(part: Sequence[Window]) -> Prepared:
         return Prepared(_request(part, prompt, slot, kinds, key, options.temperature), [None] * len(part))
@@ -141,7 +142,7 @@ def _request(
         config_key=key,
         samples=np.concatenate([w.samples for w in part]),
         sample_offsets=sample_offsets,
-        temperature=temperature,
+        scalar=temperature,
     )
 
 

@@ -36,7 +36,9 @@ class ForwardInputs:
     # Media batches (built by sie.gpu_proc.media): one image or audio window per item.
     pixels: torch.Tensor | None = None  # uint8 or float32 [n, H, W, 3] as the frontend resized them
     samples: list[torch.Tensor] | None = None  # float32 mono windows at the model's rate, on the host
-    temperature: float = 0.0  # sampling temperature of a generation (0: greedy)
+    # The batch's float parameter: a generation's temperature (Whisper), an entity threshold
+    # (gliner relex); every item of a batch has the same.
+    scalar: float = 0.0
 
 
 class Adapter(Protocol):

@@ -1,7 +1,7 @@
 """GLiNER joint entity-relation ("relex") models, device half: gliner's own forward, packed per item.
 
 The frontend (sie/frontend/gliner_relex.py) builds the prompt with its `<<REL>>` part and sends
-the request's entity threshold in the batch's float parameter (`ForwardInputs.temperature`, which
+the request's entity threshold in the batch's float parameter (`ForwardInputs.scalar`, which
 carries a generation's temperature for other families); the frontend keys batches by it, so one
 batch has one threshold. The forward picks relation candidates with it, so it must run here.
 
@@ -43,7 +43,7 @@ class GlinerRelexAdapter(GlinerAdapter):
         n_labels = self.label_counts(inputs.input_ids, inputs.attention_mask)
         real = inputs.attention_mask.bool()
         n_relations = ((inputs.input_ids == self.rel_token_id) & real).sum(dim=1).tolist()
-        threshold = float(inputs.temperature)
+        threshold = float(inputs.scalar)
         output = self.run_model(
             inputs,
             n_words.tolist(),

@@ -70,7 +70,7 @@ class WhisperAdapter(HeldModel):
         mask = extracted.attention_mask.to(self.device)
         named = self._languages(model, prompt, features)
         with torch.inference_mode():
-            generated = self._generate(model, features, mask, named, prompt, inputs.temperature, wanted)
+            generated = self._generate(model, features, mask, named, prompt, inputs.scalar, wanted)
             # With no language named, `generate` detected one per window and kept it to itself; this
             # repeats its detection (same features, same call) to report it.
             languages = named or [int(i) for i in model.detect_language(input_features=features).tolist()]
