@@ -25,13 +25,13 @@ then grows with the tokens and the output size, not with the 2^k partitions.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from sie.errors import InvalidInput
+from sie.frontend.layered_options import layered
 
 # Bounds that keep one request's work and memory sane; the paper's settings sit well inside them.
 MAX_REPETITIONS = 256
@@ -78,7 +78,7 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {  # name: (low, high, may be null)
     "final_projection_dim": (1, MAX_OUTPUT_DIM, True),
     "seed": (0, MAX_SEED, False),
 }
-_FIELDS = tuple(f.name for f in fields(MuveraParams))
+_ALLOWED = {f.name: _BOUNDS.get(f.name) for f in fields(MuveraParams)}
 
 
 def muvera_params(options: Any, profile: Any, defaults: Any = None) -> MuveraParams | None:
@@ -88,42 +88,8 @@ def muvera_params(options: Any, profile: Any, defaults: Any = None) -> MuveraPar
     being non-null enables it. Keys override in order: the model's `muvera_config` defaults, the
     profile's, the request's.
     """
-    if options is None and profile is None:
-        return None
-    checked: dict[str, Any] = {}
-    sources = (
-        (defaults, "the model's muvera_config"),
-        (profile, "the profile's muvera"),
-        (options, "options.muvera"),
-    )
-    for source, where in sources:
-        if source is not None:
-            checked.update(_checked_mapping(source, where))
-    return MuveraParams(**checked)
-
-
-def _checked_mapping(source: Any, where: str) -> dict[str, int | bool | None]:
-    if not isinstance(source, Mapping):
-        raise InvalidInput(f"{where} must be an object or null, got {type(source).__name__}")
-    unknown = sorted(str(key) for key in source if key not in _FIELDS)
-    if unknown:
-        raise InvalidInput(f"Unknown {where} keys: {unknown}. Allowed: {list(_FIELDS)}")
-    return {name: _checked(name, value, where) for name, value in source.items()}
-
-
-def _checked(name: str, value: Any, where: str) -> int | bool | None:
-    if name == "center_tokens":
-        if not isinstance(value, bool):
-            raise InvalidInput(f"{where}.center_tokens must be a boolean, got {value!r}")
-        return value
-    low, high, nullable = _BOUNDS[name]
-    if value is None and nullable:
-        return None
-    # bool is an int in Python, but `true` for a count is a client mistake, not 1.
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        kind = "an integer or null" if nullable else "an integer"
-        raise InvalidInput(f"{where}.{name} must be {kind} in [{low}, {high}], got {value!r}")
-    return value
+    checked = layered("muvera", options, profile, defaults, _ALLOWED)
+    return None if checked is None else MuveraParams(**checked)
 
 
 def fde(vectors: list[np.ndarray], *, is_query: bool, params: MuveraParams) -> np.ndarray:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from sie.errors import InvalidInput
+from sie.frontend.layered_options import layered
 
 # Bounds that keep one request's work and memory sane; TopK's published settings (65,536 anchors,
 # k 32, one repetition) sit well inside them.
@@ -53,7 +53,7 @@ _BOUNDS: dict[str, tuple[int, int, bool]] = {  # name: (low, high, may be null)
     "seed": (0, MAX_SEED, False),
     "max_nonzeros": (1, MAX_WIDTH * MAX_REPETITIONS, True),
 }
-_FIELDS = tuple(f.name for f in fields(SmveParams))
+_ALLOWED = {f.name: _BOUNDS.get(f.name) for f in fields(SmveParams)}
 
 
 def smve_params(options: Any, profile: Any, defaults: Any = None) -> SmveParams | None:
@@ -63,40 +63,13 @@ def smve_params(options: Any, profile: Any, defaults: Any = None) -> SmveParams 
     non-null enables it. Keys override in order: the model's `smve_config`, the profile's, the
     request's.
     """
-    if options is None and profile is None:
+    checked = layered("smve", options, profile, defaults, _ALLOWED)
+    if checked is None:
         return None
-    checked: dict[str, Any] = {}
-    sources = (
-        (defaults, "the model's smve_config"),
-        (profile, "the profile's smve"),
-        (options, "options.smve"),
-    )
-    for source, where in sources:
-        if source is not None:
-            checked.update(_checked_mapping(source, where))
     params = SmveParams(**checked)
     if params.k > params.width:
         raise InvalidInput(f"options.smve.k must be at most its width ({params.width}), got {params.k}")
     return params
-
-
-def _checked_mapping(source: Any, where: str) -> dict[str, int | None]:
-    if not isinstance(source, Mapping):
-        raise InvalidInput(f"{where} must be an object or null, got {type(source).__name__}")
-    unknown = sorted(str(key) for key in source if key not in _FIELDS)
-    if unknown:
-        raise InvalidInput(f"Unknown {where} keys: {unknown}. Allowed: {list(_FIELDS)}")
-    return {name: _checked(name, value, where) for name, value in source.items()}
-
-
-def _checked(name: str, value: Any, where: str) -> int | None:
-    low, high, nullable = _BOUNDS[name]
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        kind = "an integer or null" if nullable else "an integer"
-        raise InvalidInput(f"{where}.{name} must be {kind} in [{low}, {high}], got {value!r}")
-    return value
 
 
 def encode(
