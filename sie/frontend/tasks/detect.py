@@ -21,7 +21,7 @@ from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
-from sie.frontend.tasks.images import ImageUnit, decode_pixels, image_units, pixel_bytes, spec_of
+from sie.frontend.tasks.images import ImageUnit, decode_pixels, one_image_per_item, pixel_bytes, spec_of
 from sie.model_config import ModelConfig
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
@@ -31,12 +31,7 @@ DEFAULT_THRESHOLD = 0.1
 async def detect(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     config = target.config
     labels = job.labels or []
-    for index, item in enumerate(job.items):
-        if item.images and len(item.images) > 1:
-            raise InvalidInput(
-                f"Item {index} has {len(item.images)} images; detection reads one image per item"
-            )
-    units = image_units(range(len(job.items)), [item.images or [] for item in job.items], 1)
+    units = one_image_per_item(job.items)
     admit(state, target, len(units))
     slot = target.slot
     threshold = _threshold(job.options, target.runtime.threshold)

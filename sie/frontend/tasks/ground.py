@@ -23,7 +23,7 @@ from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
-from sie.frontend.tasks.images import ImageUnit, image_units, spec_of
+from sie.frontend.tasks.images import ImageUnit, one_image_per_item, spec_of
 from sie.model_config import RuntimeOptions, resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
@@ -34,12 +34,7 @@ DEFAULT_TEXT_THRESHOLD = 0.25
 async def run_grounding_dino(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     config = target.config
     labels = job.labels or []
-    for index, item in enumerate(job.items):
-        if item.images and len(item.images) > 1:
-            raise InvalidInput(
-                f"Item {index} has {len(item.images)} images; detection reads one image per item"
-            )
-    units = image_units(range(len(job.items)), [item.images or [] for item in job.items], 1)
+    units = one_image_per_item(job.items)
     admit(state, target, len(units))
     slot = target.slot
     thresholds = thresholds_of(job.options, target.runtime)

@@ -19,7 +19,7 @@ from sie.frontend.pipeline import admit
 from sie.frontend.postprocess import l2_normalize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
-from sie.frontend.wire import ImageInput
+from sie.frontend.wire import ImageInput, Item
 from sie.media_config import ImageSpec, image_spec
 from sie.model_config import ModelConfig, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
@@ -60,6 +60,16 @@ def image_units(
             )
         units.extend(ImageUnit(position, j, image.data, image.format) for j, image in enumerate(item_images))
     return units
+
+
+def one_image_per_item(items: Sequence[Item]) -> list[ImageUnit]:
+    """Detection's units: each item's one image (more than one is a 400)."""
+    for index, item in enumerate(items):
+        if item.images and len(item.images) > 1:
+            raise InvalidInput(
+                f"Item {index} has {len(item.images)} images; detection reads one image per item"
+            )
+    return image_units(range(len(items)), [item.images or [] for item in items], 1)
 
 
 def spec_of(state: FrontendState, config: ModelConfig) -> ImageSpec:
