@@ -18,6 +18,7 @@ from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tokenize import Encoded
+from sie.model_config import weights_present
 from sie.shm.control import ModelState
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
@@ -74,7 +75,12 @@ def admit(state: FrontendState, target: Target, n_items: int, *, needs_device: b
     if n_items > limit:  # could never be admitted: no retry would help
         raise InputTooLong(f"Request has {n_items} items; at most {limit} can be queued for one model")
     if needs_device:
-        gate_model(state, target.slot, target.name)
+        try:
+            gate_model(state, target.slot, target.name)
+        except ModelLoading:
+            if weights_present(target.config):  # once a fetch is done, while the device loads them
+                state.tokenizers.warm(target.config)
+            raise
 
 
 async def tokenize(fn: Callable[[], T], n_items: int) -> tuple[T, float]:

@@ -295,7 +295,32 @@ class TokenizerCache:
     def __init__(self) -> None:
         self._by_model: dict[str, TextTokenizer] = {}
         self._derived: dict[tuple[str, str], object] = {}
+        self._warming: set[str] = set()
         self._lock = threading.Lock()
+
+    def is_loaded(self, config: ModelConfig) -> bool:
+        return config.sie_id in self._by_model
+
+    def warm(self, config: ModelConfig) -> None:
+        """Load the model's tokenizer on a thread of its own unless it is loaded or loading: while
+        the device loads the weights, so the first request after the load waits for neither in
+        turn. Best effort: a failure is left for the request that needs the tokenizer to report."""
+        name = config.sie_id
+        with self._lock:
+            if name in self._by_model or name in self._warming:
+                return
+            self._warming.add(name)
+
+        def load() -> None:
+            try:
+                self.get(config)
+            except Exception:  # reported by the request that needs the tokenizer
+                pass
+            finally:
+                with self._lock:
+                    self._warming.discard(name)
+
+        threading.Thread(target=load, name="sie-tokenizer-warm", daemon=True).start()
 
     def derived(self, config: ModelConfig, name: str, build: Callable[[TextTokenizer], T]) -> T:
         """`build(tokenizer)` for this model, made once and cached under `name`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -300,6 +301,22 @@ def test_available_model_is_loaded_on_request(client: TestClient, devices: FakeD
         assert error_of(response)[0] == "MODEL_LOADING"
         assert devices.load_requests == [slot] * expected_calls
     assert client.get(f"/v1/models/{ODD}").json()["state"] == "available"
+    assert devices.batches == []
+
+
+def test_the_tokenizer_loads_while_the_device_loads_the_model(
+    client: TestClient, devices: FakeDevices, state: FrontendState
+) -> None:
+    slot = devices.catalog.slot(ODD)
+    devices.states[slot] = ModelState.LOADING
+    config = devices.catalog.get(ODD)
+    assert not state.tokenizers.is_loaded(config)
+    response = post_encode(client, ODD, {"items": [{"text": "x"}]})
+    assert response.status_code == 503 and error_of(response)[0] == "MODEL_LOADING"
+    deadline = time.monotonic() + 10
+    while not state.tokenizers.is_loaded(config) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert state.tokenizers.is_loaded(config)  # before any request of it was admitted
     assert devices.batches == []
 
 
