@@ -11,7 +11,7 @@ import yaml
 from sie.model_config import ModelConfigError, parse_model_config
 from sie.sie_yaml import translate
 
-SIE_CATALOG = Path("/work/shared/sie-catalog/models")
+SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 IDS = [
     "knowledgator/gliner-bi-small-v2.0",
     "knowledgator/gliner-bi-base-v2.0",
@@ -32,7 +32,7 @@ def _model(loadtime: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.skipif(not SIE_CATALOG.is_dir(), reason="SIE's catalog is not checked out here")
+@pytest.mark.skipif(not SIE_CATALOG.is_dir(), reason="no SIE catalog data")
 @pytest.mark.parametrize("sie_id", IDS)
 def test_sie_catalog_files_are_served(sie_id: str) -> None:
     raw = yaml.safe_load((SIE_CATALOG / f"{sie_id.replace('/', '__')}.yaml").read_text())
