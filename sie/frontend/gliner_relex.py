@@ -15,7 +15,6 @@ sigmoid exceeds the relation threshold gives one relation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ import numpy as np
 
 from sie.errors import InvalidInput
 from sie.frontend.gliner import decode_spans, entity_of
+from sie.frontend.wire import option_fraction
 
 # Relation candidates per item: the forward scores every ordered pair, so memory grows with the
 # square of this. SIE keeps the same number (the first ones in span order).
@@ -67,11 +67,7 @@ def relex_options(
     if any(len(label) > MAX_LABEL_CHARS for label in [*labels, *relation_labels]):
         raise InvalidInput(f"labels and relation types must have at most {MAX_LABEL_CHARS} characters each")
     value = options.get("relation_threshold", configured if configured is not None else threshold)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput("options.relation_threshold must be a number between 0 and 1")
-    if not 0.0 <= value <= 1.0:
-        raise InvalidInput("options.relation_threshold must be a number between 0 and 1")
-    return RelexOptions(relation_labels, float(value))
+    return RelexOptions(relation_labels, option_fraction("relation_threshold", value))
 
 
 def checked_relation_labels(value: Any) -> list[str]:

@@ -135,6 +135,13 @@ class EmbeddingsRequest(msgspec.Struct):
     user: str | None = None
 
 
+def option_fraction(name: str, value: Any) -> float:
+    """`options.<name>` checked to be a number from 0 to 1 (NaN and booleans are not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise InvalidInput(f"options.{name} must be a number between 0 and 1")
+    return float(value)
+
+
 def is_msgpack(content_type: str | None) -> bool:
     """Whether a request body is msgpack; anything else (or no header) is JSON."""
     if not content_type:

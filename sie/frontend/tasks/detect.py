@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from sie.errors import InvalidInput
 from sie.frontend.media.submit import Prepared, submit_units
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
-from sie.frontend.tasks.extract import Extracted, ExtractJob
+from sie.frontend.tasks.extract import Extracted, ExtractJob, threshold_option
 from sie.frontend.tasks.images import ImageUnit, decode_pixels, one_image_per_item, pixel_bytes, spec_of
 from sie.model_config import ModelConfig
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
@@ -34,7 +33,7 @@ async def detect(state: FrontendState, target: Target, job: ExtractJob) -> Extra
     units = one_image_per_item(job.items)
     admit(state, target, len(units))
     slot = target.slot
-    threshold = _threshold(job.options, target.runtime.threshold)
+    threshold = threshold_option(job.options, target.runtime.threshold, default=DEFAULT_THRESHOLD)
     spec = spec_of(state, config)
     queries, owners = _queries(state, config, labels)
     key = config_key(target.profile_name)
@@ -94,10 +93,3 @@ def _queries(state: FrontendState, config: ModelConfig, labels: list[str]) -> tu
     encoded = state.tokenizers.get(config).encode(labels)
     owners = np.repeat(np.arange(len(labels), dtype=np.int32), np.diff(encoded.offsets))
     return encoded.input_ids, owners
-
-
-def _threshold(options: dict[str, Any], configured: float | None) -> float:
-    value = options.get("threshold", DEFAULT_THRESHOLD if configured is None else configured)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise InvalidInput("options.threshold must be a number between 0 and 1")
-    return float(value)

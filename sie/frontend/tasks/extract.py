@@ -16,7 +16,7 @@ from sie.families import family_of
 from sie.frontend.pipeline import TokenResults, submit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
-from sie.frontend.wire import Item
+from sie.frontend.wire import Item, option_fraction
 from sie.model_config import ModelConfig
 from sie.shm.layout import Op, ResultKind
 
@@ -95,7 +95,6 @@ def extracted_from(
 
 
 def threshold_option(options: dict[str, Any], configured: float | None, *, default: float) -> float:
-    value = options.get("threshold", configured if configured is not None else default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise InvalidInput("options.threshold must be a number between 0 and 1")
-    return float(value)
+    return option_fraction(
+        "threshold", options.get("threshold", configured if configured is not None else default)
+    )

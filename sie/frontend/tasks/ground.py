@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from sie.errors import InvalidInput
 from sie.frontend.grounding_dino import GroundingPrompts, Thresholds, objects_of
 from sie.frontend.media.detr import resize_detr
 from sie.frontend.media.images import decode_image
@@ -24,6 +23,7 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, one_image_per_item, spec_of
+from sie.frontend.wire import option_fraction
 from sie.model_config import RuntimeOptions, resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
@@ -92,12 +92,6 @@ def thresholds_of(options: dict[str, Any], runtime: RuntimeOptions) -> Threshold
     text_default = DEFAULT_TEXT_THRESHOLD if runtime.text_threshold is None else runtime.text_threshold
     box = options.get("box_threshold", options.get("threshold", box_default))
     return Thresholds(
-        box=_fraction("box_threshold", box),
-        text=_fraction("text_threshold", options.get("text_threshold", text_default)),
+        box=option_fraction("box_threshold", box),
+        text=option_fraction("text_threshold", options.get("text_threshold", text_default)),
     )
-
-
-def _fraction(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise InvalidInput(f"options.{key} must be a number between 0 and 1")
-    return float(value)

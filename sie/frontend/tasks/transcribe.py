@@ -25,6 +25,7 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.transcripts import WhisperVocab
+from sie.frontend.wire import option_fraction
 from sie.media_config import AudioSpec, audio_spec
 from sie.model_config import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
@@ -58,9 +59,7 @@ def transcribe_options(options: dict[str, Any], labels: list[str] | None) -> Tra
     language = options.get("language")
     if language is not None and (not isinstance(language, str) or not language.strip()):
         raise InvalidInput("options.language must be a language code such as 'en'")
-    temperature = options.get("temperature", 0.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 1:
-        raise InvalidInput("options.temperature must be a number between 0 and 1")
+    temperature = option_fraction("temperature", options.get("temperature", 0.0))
     asked = options.get("timestamp_granularities") or []
     if not isinstance(asked, list) or not set(asked) <= GRANULARITIES:
         raise InvalidInput("options.timestamp_granularities must be a list of 'segment' and/or 'word'")
