@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.media.submit import MediaResults, Prepared, submit_units
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
@@ -61,7 +61,12 @@ async def detect(state: FrontendState, target: Target, job: ExtractJob) -> Extra
         for results, sizes in submitted.parts
         for rows, size in zip(results.ragged[ResultKind.BOXES], sizes, strict=True)
     ]
-    n = len(job.items)
+    return detected(objects, submitted)
+
+
+def detected(objects: list[list[dict[str, Any]]], submitted: MediaResults[Any]) -> Extracted:
+    """A detection request's answer: each item's objects and no entities or classifications."""
+    n = len(objects)
     return Extracted(
         entities=[[] for _ in range(n)],
         classifications=[[] for _ in range(n)],

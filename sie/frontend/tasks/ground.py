@@ -21,6 +21,7 @@ from sie.frontend.media.submit import MESSAGE_SHARE, Prepared, submit_units
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
+from sie.frontend.tasks.detect import detected
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, one_image_per_item, spec_of
 from sie.frontend.wire import option_fraction
@@ -74,15 +75,7 @@ async def run_grounding_dino(state: FrontendState, target: Target, job: ExtractJ
         for results, sizes in submitted.parts
         for rows, size in zip(results.ragged[ResultKind.BOXES], sizes, strict=True)
     ]
-    n = len(job.items)
-    return Extracted(
-        entities=[[] for _ in range(n)],
-        classifications=[[] for _ in range(n)],
-        objects=objects,
-        tokenization_ms=submitted.prepare_ms,
-        queue_ms=submitted.queue_ms,
-        inference_ms=submitted.inference_ms,
-    )
+    return detected(objects, submitted)
 
 
 def thresholds_of(options: dict[str, Any], runtime: RuntimeOptions) -> Thresholds:
