@@ -6,9 +6,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0
@@ -94,3 +96,34 @@ def cpu_by_role(roles: dict[int, str], since: dict[str, float] | None = None) ->
     for pid, role in roles.items():
         spent[role] += cpu_seconds(pid)
     return {role: seconds - (since or {}).get(role, 0.0) for role, seconds in spent.items()}
+
+
+def timed_posts(url: str, bodies: list[dict[str, Any]], concurrency: int, timeout_s: float = 300) -> float:
+    """Seconds `concurrency` keep-alive clients take to POST every body (JSON) to `url`, each taking
+    the next unsent body; any answer but 200 stops the benchmark."""
+    import httpx  # deferred: the GPU kit starts servers with this module and may not have it
+
+    pending = list(bodies)
+    lock = threading.Lock()
+    errors: list[int] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=timeout_s) as http:
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    body = pending.pop()
+                response = http.post(url, json=body)
+                if response.status_code != 200:
+                    errors.append(response.status_code)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise SystemExit(f"the server answered {len(errors)} requests with {sorted(set(errors))}")
+    return time.perf_counter() - started

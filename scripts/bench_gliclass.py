@@ -26,7 +26,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import httpx
 import torch
 import yaml
-from _server import start_server, stop_server  # scripts/ is on sys.path when run as a script
+from _server import start_server, stop_server, timed_posts  # scripts/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' tiny model builder
 
@@ -75,31 +74,12 @@ def check_scores(url: str, folder: Path, texts: list[str], labels: list[str]) ->
 
 def server_round(url: str, texts: list[str], labels: list[str], args: argparse.Namespace) -> float:
     """Seconds the server takes to classify `texts`, sent by concurrent clients in small requests."""
-    requests = [texts[i : i + args.items_per_request] for i in range(0, len(texts), args.items_per_request)]
-    lock = threading.Lock()
-    errors: list[int] = []
-
-    def client() -> None:
-        with httpx.Client(timeout=60) as http:
-            while True:
-                with lock:
-                    if not requests:
-                        return
-                    batch = requests.pop()
-                body = {"items": [{"text": t} for t in batch], "params": {"labels": labels}}
-                response = http.post(f"{url}/v1/extract/{MODEL}", json=body)
-                if response.status_code != 200:
-                    errors.append(response.status_code)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(args.concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise SystemExit(f"the server answered {len(errors)} requests with {sorted(set(errors))}")
-    return time.perf_counter() - started
+    size = args.items_per_request
+    bodies = [
+        {"items": [{"text": t} for t in texts[i : i + size]], "params": {"labels": labels}}
+        for i in range(0, len(texts), size)
+    ]
+    return timed_posts(f"{url}/v1/extract/{MODEL}", bodies, args.concurrency, timeout_s=60)
 
 
 def summary(seconds: list[float], n_items: int) -> dict[str, Any]:

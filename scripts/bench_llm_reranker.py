@@ -26,7 +26,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import httpx
 import torch
 import yaml
-from _server import start_server, stop_server  # scripts/ is on sys.path when run as a script
+from _server import start_server, stop_server, timed_posts  # scripts/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' tiny model builder
 
@@ -87,31 +86,8 @@ class RawReranker:
 
 
 def server_round(url: str, requests: list[tuple[str, list[str]]], concurrency: int) -> float:
-    pending = list(requests)
-    lock = threading.Lock()
-    errors: list[int] = []
-
-    def client() -> None:
-        with httpx.Client(timeout=300) as http:
-            while True:
-                with lock:
-                    if not pending:
-                        return
-                    query, docs = pending.pop()
-                body = {"query": {"text": query}, "items": [{"text": d} for d in docs]}
-                response = http.post(f"{url}/v1/score/{MODEL}", json=body)
-                if response.status_code != 200:
-                    errors.append(response.status_code)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise SystemExit(f"the server answered {len(errors)} requests with {sorted(set(errors))}")
-    return time.perf_counter() - started
+    bodies = [{"query": {"text": q}, "items": [{"text": d} for d in docs]} for q, docs in requests]
+    return timed_posts(f"{url}/v1/score/{MODEL}", bodies, concurrency)
 
 
 def server_scores(url: str, query: str, docs: list[str]) -> list[float]:
