@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +85,11 @@ def _check_architecture(raw: dict[str, Any]) -> None:
         unsupported.append("model_type: gliner_streaming_span")
     if unsupported:
         raise ValueError(f"GLiNER variant not supported (only uni-encoder span models): {unsupported}")
+    check_word_splitter(raw)
+
+
+def check_word_splitter(raw: Mapping[str, Any]) -> None:
+    """Words are split as gliner's whitespace splitter splits them (split_words); no other splitter."""
     splitter = raw.get("words_splitter_type", "whitespace")
     if splitter != "whitespace":
         raise ValueError(f"GLiNER words_splitter_type {splitter!r} not supported (only 'whitespace')")

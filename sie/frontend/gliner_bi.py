@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 from sie.frontend.gliner import (
     NO_TRUNCATION_ABOVE,
     SUBTOKEN_POOLINGS,
+    check_word_splitter,
     load_tokenizer,
     split_words,
     unique_labels,
@@ -75,9 +76,7 @@ def check_architecture(raw: Mapping[str, Any]) -> None:
         unsupported.append("span_mode: token_level")
     if unsupported:
         raise ValueError(f"GLiNER bi-encoder variant not supported (only span-level models): {unsupported}")
-    splitter = raw.get("words_splitter_type", "whitespace")
-    if splitter != "whitespace":
-        raise ValueError(f"GLiNER words_splitter_type {splitter!r} not supported (only 'whitespace')")
+    check_word_splitter(raw)
 
 
 class GlinerBiInputs:
