@@ -210,7 +210,9 @@ def test_frontend_killed_other_keeps_serving(server: Server, probe_reference: np
     # with a connection error; one such request per sending thread at most.
     assert len(failures) <= len(threads), failures
     for failure in failures:
-        assert failure.sent_s <= killed_s + 0.05, failure.sent_s - killed_s
+        # Sent before the kernel had torn the dead process's connections down: a few ms, more on a
+        # loaded box; a request routed to the dead frontend later would fail seconds after.
+        assert failure.sent_s <= killed_s + 0.25, failure.sent_s - killed_s
     for outcome in outcomes:
         if outcome.response is None:
             continue
