@@ -21,13 +21,11 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from sie.errors import InvalidInput
+from sie.frontend.detokenize import clean_up_tokenization
 from sie.frontend.model_files import read_json_object
 
 DEFAULT_MAX_TEXT_LEN = 256  # GroundingDinoConfig.max_text_len: the text tokens a box is scored on
 _WORD = re.compile(r"\w+")
-# transformers' `clean_up_tokenization`, applied by decode when the tokenizer config asks.
-_CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-             (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))  # fmt: skip
 
 
 def prompt_of(labels: list[str]) -> str:
@@ -68,10 +66,7 @@ class GroundingPrompts:
     def phrase(self, ids: list[int]) -> str:
         """transformers' decode: special tokens kept, spaces cleaned where the tokenizer says."""
         text: str = self.tokenizer.decode(ids, skip_special_tokens=False)
-        if self.clean_up:
-            for before, after in _CLEAN_UP:
-                text = text.replace(before, after)
-        return text
+        return clean_up_tokenization(text) if self.clean_up else text
 
 
 def canonical_label(phrase: str, labels: list[str]) -> str:

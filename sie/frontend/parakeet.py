@@ -19,16 +19,13 @@ from typing import Any
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+from sie.frontend.detokenize import clean_up_tokenization
+
 # The punctuation ParakeetProcessor times at the end of the token before it.
 REFINED_PUNCTUATION = frozenset({"?", "'", "¡", "¿", "-", ":", ",", "%", "/", ".", "!"})
 # Sentence-final punctuation (. ! ? or an ellipsis), optionally followed by closing quotes or brackets.
 _SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u00bb\u201d\u2019)\]]*$")
 MAX_SEGMENT_S = 30.0
-# transformers' `clean_up_tokenization`, applied when tokenizer_config.json asks for it.
-_CLEAN_UP = (
-    *((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'")),
-    *((" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +57,7 @@ class ParakeetVocab:
     def text(self, ids: list[int]) -> str:
         """The transcript of emitted ids, as ParakeetProcessor.batch_decode gives it (stripped)."""
         text = self.tokenizer.decode([i for i in ids if i not in self.skipped], skip_special_tokens=True)
-        if self.clean_up:
-            for old, new in _CLEAN_UP:
-                text = text.replace(old, new)
-        return text.strip()
+        return (clean_up_tokenization(text) if self.clean_up else text).strip()
 
     def timed_tokens(self, ids: list[int], times: list[tuple[float, float]]) -> list[TimedToken]:
         """Each emitted token's text and (start, end) seconds, as ParakeetProcessor.decode with
