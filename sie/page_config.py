@@ -1,0 +1,185 @@
+"""How ColQwen2.5 and ColSmol pages are sized, read from the model folder (no torch, no Pillow).
+
+Both sides read it: the frontend resizes (and, for ColSmol, tiles) each page, the device normalizes
+the pixels it gets (sie.gpu_proc.adapters.clip.PixelNormalizer) before the vision tower.
+
+- ColQwen2.5 (Qwen2-VL's image processor): each page keeps its aspect, resized by `smart_resize` to
+  sides that are multiples of patch x merge (28 px) with an area between SIE's bounds, 256 and 768
+  visual tokens (SIE passes them to the processor in place of the folder's), bicubic.
+- ColSmol (Idefics3's image processor): the longer side resized to `size.longest_edge`, then both
+  sides up to multiples of the tile (`max_image_size.longest_edge`), cut into tiles row by row, and
+  a global view: the whole page resized to one tile. Lanczos, as the folder says.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sie.media_config import BICUBIC, CLIP_MEAN, CLIP_STD, HALF, ImageSpec, read_preprocessor_config
+from sie.qwen_images import smart_resize
+
+# SIE's ColQwen2.5 adapter loads its processor with these bounds (in pixels: visual tokens x 28 x 28).
+QWEN_MIN_PIXELS = 256 * 28 * 28
+QWEN_MAX_PIXELS = 768 * 28 * 28
+IDEFICS3_MAX_SIDE = 4096  # Idefics3's bound on a resized side
+LANCZOS = 1
+Triple = tuple[float, float, float]
+
+
+class PageConfigError(ValueError):
+    """A processor config this server cannot follow."""
+
+
+@dataclass(frozen=True, slots=True)
+class PatchPages:
+    """Qwen2-VL's page sizes: a grid of patch_size patches, merged merge_size x merge_size a token."""
+
+    patch_size: int
+    merge_size: int
+    min_pixels: int
+    max_pixels: int
+    resample: int
+    pixels: ImageSpec  # the rescale and normalization (its height and width: the largest square page)
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    def resized(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) of the page as the processor resizes it; ValueError for a too-long page."""
+        return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+
+    def tokens(self, height: int, width: int) -> int:
+        """Visual tokens of a resized page."""
+        return (height // self.patch_size) * (width // self.patch_size) // self.merge_size**2
+
+
+@dataclass(frozen=True, slots=True)
+class TiledPages:
+    """Idefics3's page tiles: square tiles of `tile` pixels, and one global view."""
+
+    longest_edge: int  # the first resize's longer side
+    tile: int
+    split: bool  # cut into tiles (else the page is one tile)
+    resample: int
+    pixels: ImageSpec  # a tile: its size, rescale and normalization
+
+    def first_size(self, height: int, width: int) -> tuple[int, int]:
+        """The first resize: the longer side to `longest_edge` (up or down), the other even."""
+        aspect = width / height
+        if width >= height:
+            width = self.longest_edge
+            height = int(width / aspect)
+            height += height % 2
+        else:
+            height = self.longest_edge
+            width = int(height * aspect)
+            width += width % 2
+        height, width = max(height, 1), max(width, 1)
+        aspect = width / height
+        if width >= height and width > IDEFICS3_MAX_SIDE:
+            width, height = IDEFICS3_MAX_SIDE, max(int(IDEFICS3_MAX_SIDE / aspect), 1)
+        elif height > width and height > IDEFICS3_MAX_SIDE:
+            height, width = IDEFICS3_MAX_SIDE, max(int(IDEFICS3_MAX_SIDE * aspect), 1)
+        return height, width
+
+    def tiled_size(self, height: int, width: int) -> tuple[int, int]:
+        """The second resize: both sides up to multiples of the tile, the aspect roughly kept."""
+        tile, aspect = self.tile, width / height
+        if width >= height:
+            width = math.ceil(width / tile) * tile
+            height = math.ceil(int(width / aspect) / tile) * tile
+        else:
+            height = math.ceil(height / tile) * tile
+            width = math.ceil(int(height * aspect) / tile) * tile
+        return height, width
+
+    def max_tiles(self) -> int:
+        """Tiles of the largest page, its global view included."""
+        if not self.split:
+            return 1
+        side = min(self.longest_edge, IDEFICS3_MAX_SIDE)
+        per_side = math.ceil(side / self.tile)
+        return per_side * per_side + 1
+
+
+def image_processor_config(folder: Path) -> dict[str, Any]:
+    """preprocessor_config.json, else the image processor saved inside processor_config.json."""
+    raw = read_preprocessor_config(folder)
+    if raw:
+        return raw
+    path = folder / "processor_config.json"
+    processor = json.loads(path.read_text()) if path.is_file() else {}
+    nested = processor.get("image_processor") if isinstance(processor, dict) else None
+    return nested if isinstance(nested, dict) else {}
+
+
+def patch_pages(folder: Path) -> PatchPages:
+    raw = image_processor_config(folder)
+    if not raw.get("do_resize", True):
+        raise PageConfigError(f"{folder}: Qwen2-VL pages need do_resize (sides fitting the patch grid)")
+    patch_size, merge_size = int(raw.get("patch_size", 14)), int(raw.get("merge_size", 2))
+    side = math.isqrt(QWEN_MAX_PIXELS) // (patch_size * merge_size) * (patch_size * merge_size)
+    resample = int(raw.get("resample", BICUBIC))
+    return PatchPages(
+        patch_size=patch_size,
+        merge_size=merge_size,
+        min_pixels=QWEN_MIN_PIXELS,
+        max_pixels=QWEN_MAX_PIXELS,
+        resample=resample,
+        pixels=_normalization(raw, side, resample, (CLIP_MEAN, CLIP_STD)),
+    )
+
+
+def tiled_pages(folder: Path) -> TiledPages:
+    raw = image_processor_config(folder)
+    if not raw.get("do_resize", True):
+        raise PageConfigError(f"{folder}: Idefics3 pages need do_resize (unbounded pages, unbounded tiles)")
+    tile = _longest_edge(raw.get("max_image_size"), 364)
+    size = _longest_edge(raw.get("size"), 4 * 364)
+    resample = int(raw.get("resample", LANCZOS))
+    return TiledPages(
+        longest_edge=size,
+        tile=tile,
+        split=bool(raw.get("do_image_splitting", True)),
+        resample=resample,
+        pixels=_normalization(raw, tile, resample, (HALF, HALF)),
+    )
+
+
+def _longest_edge(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, dict) and isinstance(value.get("longest_edge"), int):
+        return int(value["longest_edge"])
+    raise PageConfigError(f"expected {{'longest_edge': N}}, got {value!r}")
+
+
+def _normalization(
+    raw: dict[str, Any], side: int, resample: int, defaults: tuple[Triple, Triple]
+) -> ImageSpec:
+    """The device's part of the processor (rescale, normalize) as an ImageSpec of a side x side page."""
+    return ImageSpec(
+        kind="square",
+        height=side,
+        width=side,
+        shortest_edge=None,
+        resample=resample,
+        do_resize=True,
+        do_center_crop=False,
+        rescale_factor=float(raw.get("rescale_factor", 1 / 255)) if raw.get("do_rescale", True) else 1.0,
+        do_normalize=bool(raw.get("do_normalize", True)),
+        mean=_triple(raw.get("image_mean", defaults[0])),
+        std=_triple(raw.get("image_std", defaults[1])),
+    )
+
+
+def _triple(value: Any) -> Triple:
+    values = [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)] * 3
+    if len(values) != 3:
+        raise PageConfigError(f"expected 3 channel values, got {value!r}")
+    return values[0], values[1], values[2]
