@@ -38,6 +38,10 @@ extras=""
 # GLiNER2's model classes (the gliner2 family loads its checkpoints through them; SIE 0.10.1 pins
 # gliner2<2). Without its dependencies: gliner, peft, pydantic and requests are here already.
 .venv/bin/python -m pip install -q --no-deps "gliner2==1.3.1"
+# GLiREL's model classes (the glirel family builds its checkpoints through them). Without its
+# dependencies (torch, transformers, datasets): its modules import loguru and seqeval, and seqeval
+# scikit-learn, which sentence-transformers brings.
+.venv/bin/python -m pip install -q --no-deps "glirel==1.2.1" "loguru==0.7.3" "seqeval==1.2.2"
 
 if [ "${1:-}" = "--test" ]; then
   py312=""

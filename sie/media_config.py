@@ -24,7 +24,9 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 BILINEAR, BICUBIC = 2, 3  # PIL's resampling filter numbers, as preprocessor configs store them
 
-ImageKind = Literal["crop", "square", "owlv2", "detr"]
+# "own": the family sizes its images itself (Qwen-VL's patch grids, Idefics3's tiles, Donut's
+# pages), so no fixed ImageSpec describes them.
+ImageKind = Literal["crop", "square", "owlv2", "detr", "own"]
 
 # Per processor type: how it resizes and its defaults (transformers' class attributes).
 _IMAGE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -120,6 +122,8 @@ def read_preprocessor_config(folder: Path) -> dict[str, Any]:
 def image_spec(folder: Path, family: str) -> ImageSpec:
     raw = read_preprocessor_config(folder)
     kind = _image_kind(raw, family)
+    if kind == "own":
+        raise MediaConfigError(f"{folder}: family {family} sizes its images itself; no fixed size fits them")
     conf = {**_IMAGE_DEFAULTS[kind], **{k: v for k, v in raw.items() if v is not None}}
     size = _detr_size(conf) if kind == "detr" else _size(conf["size"], kind)
     do_crop = bool(conf.get("do_center_crop")) and kind == "crop"

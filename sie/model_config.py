@@ -23,6 +23,7 @@ import msgspec
 import yaml
 
 from sie.families import FAMILIES
+from sie.tokenizer_files import describe_missing, find_tokenizer_json
 
 BUILTIN_MODELS_DIR = Path(__file__).parent / "models"
 DEFAULT_MAX_BATCH_TOKENS = 16384
@@ -121,12 +122,24 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # such as NuNER Zero tag each word alone); nli_zero_shot: labels scored independently by default.
     merge_adjacent_entities: bool = False
     relation_threshold: float | None = None  # gliner relex: relations' threshold (None: the entity one)
+    # gliner_union: how the members' spans are composed (sie.gliner_union; None: SIE's default).
+    score_floor: float | None = None
+    window_words: int | None = None
+    window_overlap: int | None = None
+    propagate_label: str | None = None
+    name_min_letters: int | None = None
+    default_labels: list[str] | None = None
     multi_label: bool = False
     # llm_reranker: SIE's prompt recipe (sie.frontend.llm_prompts; None: "mxbai", SIE's default;
     # "native" also makes the device score by the folder's saved LogitScore) and the longest
     # prompt in tokens (None: max_sequence_length).
     input_format: Literal["mxbai", "qwen3", "native"] | None = None
     max_seq_length: int | None = None
+    # donut: the task prompt token ("<s_cord-v2>", "<s_docvqa>"), the most tokens one generation
+    # adds, and its beam width (greedy only here); a request's options override each.
+    task: str | None = None
+    max_new_tokens: int | None = None
+    num_beams: int | None = None
 
     def instruction_for(self, requested: str | None, *, is_query: bool) -> str | None:
         """The instruction a text is formatted with: the request's (even ""), else the profile's."""
@@ -495,19 +508,68 @@ def _declared_folder(config: ModelConfig) -> Path | None:
 
 
 def resolve_tokenizer_file(config: ModelConfig) -> Path:
-    """tokenizer.json from the model's folder, else from a repository it names as its tokenizer's."""
-    own = resolve_weights_dir(config) / "tokenizer.json"
-    if own.is_file():
-        return own
-    for hf_id, revision in config.hf_tokenizer_dependencies.items():
-        candidate = hf_snapshot(hf_id, revision) / "tokenizer.json"
-        if candidate.is_file():
-            return candidate
-    named = ", ".join(config.hf_tokenizer_dependencies) or "none"
-    raise ModelConfigError(
-        f"model '{config.sie_id}': no tokenizer.json in {own.parent} "
-        f"nor in its tokenizer repositories ({named})"
-    )
+    """tokenizer.json (or the one converted from a slow tokenizer: sie.tokenizer_files) from the
+    model's folder, else from a repository it names as its tokenizer's (the YAML's
+    hf_tokenizer_dependencies, then the encoder its checkpoint names: a family's
+    `tokenizer_from_encoder`)."""
+    own = resolve_weights_dir(config)
+    found = find_tokenizer_file(own)
+    if found is not None:
+        return found
+    looked = [own]
+    for name, revision in tokenizer_repositories(config, own).items():
+        looked.append(repository_dir(name, revision))
+        found = find_tokenizer_file(looked[-1])
+        if found is not None:
+            return found
+    reasons = "; ".join(map(describe_missing, looked))
+    raise ModelConfigError(f"model '{config.sie_id}': no tokenizer: {reasons}")
+
+
+def find_tokenizer_file(folder: Path) -> Path | None:
+    """The folder's tokenizer.json, or the one converted from its slow tokenizer; None if neither."""
+    return find_tokenizer_json(folder, hf_hub_cache())
+
+
+def folder_tokenizer_file(folder: Path) -> Path:
+    """`find_tokenizer_file`, raising the reason when there is none."""
+    found = find_tokenizer_file(folder)
+    if found is None:
+        raise ModelConfigError(f"no tokenizer: {describe_missing(folder)}")
+    return found
+
+
+def tokenizer_repositories(config: ModelConfig, weights_dir: Path) -> dict[str, str | None]:
+    """{name: revision} of the repositories (or local folders) the model's tokenizer may come from
+    besides its own folder: the YAML's hf_tokenizer_dependencies, then the encoder its checkpoint
+    names when its family reads that encoder's tokenizer (GLiREL), at the revision those pin."""
+    found: dict[str, str | None] = dict(config.hf_tokenizer_dependencies)
+    spec = FAMILIES.get(config.family)
+    if spec is not None and spec.tokenizer_from_encoder is not None:
+        encoder = named_encoder(weights_dir / spec.tokenizer_from_encoder)
+        found.setdefault(encoder, None)
+    return found
+
+
+def named_encoder(checkpoint_config: Path) -> str:
+    """The encoder a checkpoint's config names in `model_name` (a Hub id or a local folder)."""
+    try:
+        raw = yaml.safe_load(checkpoint_config.read_text())  # JSON, read as its packages read it
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ModelConfigError(f"cannot read {checkpoint_config}: {exc}") from None
+    name = raw.get("model_name") if isinstance(raw, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ModelConfigError(f"{checkpoint_config} names no encoder (model_name)")
+    return name
+
+
+def repository_dir(name: str, revision: str | None) -> Path:
+    """The folder of a tokenizer repository or encoder: `name` itself when it is a local folder (as
+    transformers reads it), else its cached snapshot (downloaded only with --hf-fallback)."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local
+    return hf_snapshot(name, revision)
 
 
 def _package_dir(package: str) -> Path:

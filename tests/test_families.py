@@ -16,19 +16,26 @@ from sie.model_config import BUILTIN_MODELS_DIR, ModelConfig, load_model_file, p
 from tests.tiny_models.clip import model_yaml_clip
 from tests.tiny_models.colbert import model_yaml_colbert
 from tests.tiny_models.colpali import model_yaml_colpali
+from tests.tiny_models.colqwen2 import model_yaml_colqwen2
+from tests.tiny_models.colsmol import model_yaml_colsmol
 from tests.tiny_models.cross_encoder import model_yaml_cross_encoder
 from tests.tiny_models.dense import model_yaml_dense
+from tests.tiny_models.donut import model_yaml_donut
 from tests.tiny_models.fake import model_yaml_fake
+from tests.tiny_models.florence2 import model_yaml_florence2
 from tests.tiny_models.gliclass import model_yaml_gliclass
 from tests.tiny_models.gliner import model_yaml_gliner
 from tests.tiny_models.gliner2 import model_yaml_gliner2
 from tests.tiny_models.gliner_bi import model_yaml_gliner_bi
+from tests.tiny_models.gliner_union import model_yaml_gliner_union
+from tests.tiny_models.glirel import model_yaml_glirel
 from tests.tiny_models.grounding_dino import model_yaml_grounding_dino
 from tests.tiny_models.hybrid import model_yaml_hybrid
 from tests.tiny_models.llm_reranker import model_yaml_llm_reranker
 from tests.tiny_models.nli import model_yaml_nli
 from tests.tiny_models.owlv2 import model_yaml_owlv2
 from tests.tiny_models.parakeet import model_yaml_parakeet
+from tests.tiny_models.qwen3_vl import model_yaml_qwen3_vl_embedding, model_yaml_qwen3_vl_reranker
 from tests.tiny_models.splade import model_yaml_splade
 from tests.tiny_models.token_classification import model_yaml_token_classification
 from tests.tiny_models.whisper import model_yaml_whisper
@@ -42,6 +49,8 @@ TINY_MODEL_YAMLS = [
     model_yaml_splade("tiny/splade", NOWHERE),
     model_yaml_colbert("tiny/colbert", NOWHERE),
     model_yaml_colpali("tiny/colpali", NOWHERE),
+    model_yaml_colqwen2("tiny/colqwen2", NOWHERE),
+    model_yaml_colsmol("tiny/colsmol", NOWHERE),
     model_yaml_hybrid("tiny/hybrid", NOWHERE),
     model_yaml_cross_encoder("tiny/cross-encoder", NOWHERE),
     model_yaml_llm_reranker("tiny/llm-reranker", NOWHERE),
@@ -51,11 +60,17 @@ TINY_MODEL_YAMLS = [
     model_yaml_gliner_bi("tiny/gliner-bi", NOWHERE),
     model_yaml_gliclass("tiny/gliclass", NOWHERE),
     model_yaml_gliner2("tiny/gliner2", NOWHERE),
+    model_yaml_gliner_union("tiny/gliner-union", NOWHERE),
+    model_yaml_glirel("tiny/glirel", NOWHERE),
     model_yaml_clip("tiny/clip", NOWHERE),
     model_yaml_owlv2("tiny/owlv2", NOWHERE),
     model_yaml_grounding_dino("tiny/grounding-dino", NOWHERE),
     model_yaml_whisper("tiny/whisper", NOWHERE),
     model_yaml_parakeet("tiny/parakeet", NOWHERE),
+    model_yaml_florence2("tiny/florence2", NOWHERE),
+    model_yaml_qwen3_vl_embedding("tiny/qwen3-vl-embedding", NOWHERE),
+    model_yaml_qwen3_vl_reranker("tiny/qwen3-vl-reranker", NOWHERE),
+    model_yaml_donut("tiny/donut", NOWHERE),
     model_yaml_fake("tiny/fake", NOWHERE),
 ]
 

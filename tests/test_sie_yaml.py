@@ -191,7 +191,7 @@ def test_a_refused_other_profile_is_left_out_with_its_reason() -> None:
     "top",
     [
         {"tasks": {"generate": {"context_length": 8}}},
-        {"inputs": {"text": True, "video": True}},
+        {"inputs": {"text": True, "document": True}},
         {"weights_path_of_sie_future": "/x"},
     ],
 )

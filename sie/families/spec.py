@@ -51,6 +51,9 @@ class Family:
     # "module:function" of the frontend's encode for every item of a request, text and images,
     # (state, name, items, texts, options) -> Embedded; None: the shared text and image paths.
     encode_runner: str | None = None
+    # "module:function" of the frontend's score for a query item against items, images included,
+    # (state, target, query, items, instruction, options) -> Scored; None: the shared score paths.
+    score_runner: str | None = None
     # Image processing used when the model's preprocessor config names no processor type.
     media_kind: ImageKind | None = None
     # Its models have no files (no weights folder, no tokenizer.json): text is tokenized as Unicode
@@ -59,6 +62,9 @@ class Family:
     # Each non-default profile is also served as a model of its own, `<sie_id>:<profile>`, with its
     # own loaded instance (SIE's variant expansion): its profiles differ at load time.
     profile_variants: bool = False
+    # The checkpoint file whose `model_name` names the encoder whose tokenizer the family reads
+    # (GLiREL's glirel_config.json): that encoder is one of the model's tokenizer repositories.
+    tokenizer_from_encoder: str | None = None
 
     @property
     def serves_extract(self) -> bool:
@@ -71,6 +77,10 @@ class Family:
     def encode_function(self) -> Any:
         """The frontend's encode runner (None: the shared paths), its module imported now."""
         return None if self.encode_runner is None else resolve_target(self.encode_runner)
+
+    def score_function(self) -> Any:
+        """The frontend's score runner (None: the shared paths), its module imported now."""
+        return None if self.score_runner is None else resolve_target(self.score_runner)
 
     def extract_function(self) -> Any:
         """The frontend's extract runner, its module imported now."""

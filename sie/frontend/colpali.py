@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -22,7 +22,7 @@ from sie.frontend.model_files import read_json_object
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.encode import Embedded, EmbedOptions
-from sie.frontend.tasks.pages import Page, embed_pages
+from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.frontend.wire import Item
 from sie.media_config import ImageSpec, image_spec, read_preprocessor_config
@@ -40,6 +40,7 @@ class ColPaliRecipe:
     query_tail: str
     image_ids: np.ndarray  # int32: placeholders, then the visual prompt
     spec: ImageSpec
+    one_size: ClassVar[bool] = True  # the model's square
 
     @classmethod
     def for_model(cls, tokenizer: TextTokenizer, folder: Path) -> ColPaliRecipe:
@@ -64,13 +65,9 @@ class ColPaliRecipe:
 
     def queries(self, texts: Sequence[str]) -> Encoded:
         prompts = [f"{self.query_head}{text}{self.query_tail}" for text in texts]
-        encodings = self.tokenizer.encode_batch_fast(prompts, add_special_tokens=False)
-        offsets = np.zeros(len(encodings) + 1, np.int32)
-        np.cumsum([len(e.ids) for e in encodings], out=offsets[1:])
-        ids = np.fromiter((i for e in encodings for i in e.ids), np.int32, count=int(offsets[-1]))
-        return Encoded(offsets, ids, None, int(offsets[-1]))
+        return encode_prompts(self.tokenizer, prompts, add_special_tokens=False)
 
-    def page(self, pixels: np.ndarray) -> Page:
+    def page(self, pixels: np.ndarray, where: str = "") -> Page:  # a fixed resize cannot fail
         return Page(preprocess(pixels, self.spec), self.image_ids)
 
     def unit_bytes(self) -> int:

@@ -29,7 +29,7 @@ from tokenizers import Encoding, Tokenizer, processors
 
 from sie.errors import InvalidInput
 from sie.frontend.tokenize import Encoded
-from sie.model_config import resolve_weights_dir
+from sie.model_config import folder_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.frontend.tokenize import TextTokenizer
@@ -333,7 +333,7 @@ def _flatten(encodings: list[Encoding], masks: list[np.ndarray]) -> Encoded:
 def load_tokenizer(weights_dir: Path) -> Tokenizer:
     """tokenizer.json as gliner's transformers tokenizer uses it: no padding, truncation at
     tokenizer_config.json's model_max_length, and gliner's bos/eos post-processor override."""
-    tokenizer = Tokenizer.from_file(str(weights_dir / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(folder_tokenizer_file(weights_dir)))  # or the converted one
     tokenizer.no_padding()
     config = _read_json(weights_dir / "tokenizer_config.json", missing_ok=True)
     max_length = config.get("model_max_length")

@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from sie.errors import InputTooLong, InvalidInput
 from sie.frontend.tokenize import Encoded
-from sie.model_config import resolve_weights_dir
+from sie.model_config import folder_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.frontend.tokenize import TextTokenizer
@@ -146,7 +146,7 @@ class Gliner2Prompts:
         cls, weights_dir: Path, max_words: int | None, max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS
     ) -> Gliner2Prompts:
         limits = Limits.of(weights_dir, max_words, max_prompt_tokens)
-        return cls(Tokenizer.from_file(str(weights_dir / "tokenizer.json")), limits)
+        return cls(Tokenizer.from_file(str(folder_tokenizer_file(weights_dir))), limits)
 
     @classmethod
     def for_model(cls, tokenizer: TextTokenizer, config: ModelConfig) -> Gliner2Prompts:

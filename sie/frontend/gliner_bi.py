@@ -35,7 +35,13 @@ from sie.frontend.gliner import (
 )
 from sie.frontend.gliner import words_mask as gliner_words_mask
 from sie.frontend.tokenize import Encoded
-from sie.model_config import ModelConfigError, hf_snapshot, resolve_weights_dir
+from sie.model_config import (
+    ModelConfigError,
+    find_tokenizer_file,
+    folder_tokenizer_file,
+    hf_snapshot,
+    resolve_weights_dir,
+)
 
 if TYPE_CHECKING:
     from sie.model_config import ModelConfig
@@ -138,13 +144,13 @@ def labels_tokenizer_dir(weights_dir: Path, labels_encoder: str, dependencies: M
     """The folder of the labels tokenizer: saved with the model, else the labels encoder's cached
     repository, at the revision the YAML's hf_tokenizer_dependencies pins (or its only entry's)."""
     saved = weights_dir / LABELS_TOKENIZER_DIR
-    if (saved / "tokenizer.json").is_file():
+    if find_tokenizer_file(saved) is not None:
         return saved
     repo = labels_encoder
     if repo not in dependencies and len(dependencies) == 1:
         repo = next(iter(dependencies))
     folder = hf_snapshot(repo, dependencies.get(repo))
-    if not (folder / "tokenizer.json").is_file():
+    if find_tokenizer_file(folder) is None:
         raise ModelConfigError(f"GLiNER bi-encoder: no tokenizer.json for its labels encoder in {folder}")
     return folder
 
@@ -152,7 +158,7 @@ def labels_tokenizer_dir(weights_dir: Path, labels_encoder: str, dependencies: M
 def load_labels_tokenizer(folder: Path) -> Tokenizer:
     """tokenizer.json as gliner's labels tokenizer call uses it: no padding, truncation at
     tokenizer_config.json's model_max_length (gliner gives it no bos/eos override)."""
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(folder_tokenizer_file(folder)))
     tokenizer.no_padding()
     max_length = _read_json(folder / "tokenizer_config.json", missing_ok=True).get("model_max_length")
     if isinstance(max_length, int) and max_length <= NO_TRUNCATION_ABOVE:

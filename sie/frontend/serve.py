@@ -13,6 +13,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
 from sie.bearer_tokens import read_shared_tokens
+from sie.errors import ModelLoadFailed
 from sie.frontend import h11_writes
 from sie.frontend.app import build_app
 from sie.frontend.devices import DeviceClient
@@ -119,7 +120,11 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     )
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
         if weights_present(catalog.models[slot]):  # else a device copies them first (a cluster cache)
-            state.tokenizers.get(catalog.models[slot])
+            try:
+                state.tokenizers.get(catalog.models[slot])
+            except ModelLoadFailed as exc:  # a slow tokenizer the device converts as it loads, or none
+                name = catalog.models[slot].sie_id
+                log.info("tokenizer not loaded at start", extra={"model": name, "error": exc.message})
     # Only for image models whose weights are here: a built-in catalog entry never downloaded costs nothing.
     if any("image" in config.input_kinds() and weights_present(config) for config in catalog.active_models()):
         state.media.start(resample.warm)  # compile the resize loops now, not on the first image

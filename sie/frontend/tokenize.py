@@ -6,9 +6,10 @@ tokenizer releases the GIL inside `encode_batch`, so callers may run it in a wor
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -16,9 +17,9 @@ from typing import TypeVar
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from sie.errors import InvalidInput
+from sie.errors import InvalidInput, ModelLoadFailed
 from sie.frontend.model_files import read_json_object
-from sie.model_config import ModelConfig, RuntimeOptions, resolve_tokenizer_file
+from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions, resolve_tokenizer_file
 
 T = TypeVar("T")
 
@@ -331,7 +332,8 @@ class TokenizerCache:
             with self._lock:
                 found = self._derived.get(key)
                 if found is None:
-                    found = self._derived[key] = build(tokenizer)
+                    with _as_load_failure(config):
+                        found = self._derived[key] = build(tokenizer)
         return found  # type: ignore[return-value]  # stored by this same `name`, so of type T
 
     def forget(self, name: str) -> None:
@@ -347,7 +349,8 @@ class TokenizerCache:
             with self._lock:  # two threads missing at once load it once
                 tokenizer = self._by_model.get(config.sie_id)
                 if tokenizer is None:
-                    tokenizer = _load(config)
+                    with _as_load_failure(config):
+                        tokenizer = _load(config)
                     self._by_model[config.sie_id] = tokenizer
         return tokenizer
 
@@ -359,6 +362,16 @@ class TokenizerCache:
         if limit is None or limit >= tokenizer.max_length or config.is_weightless:
             return tokenizer
         return self.derived(config, f"max_length:{limit}", lambda _: _load(config, limit))
+
+
+@contextlib.contextmanager
+def _as_load_failure(config: ModelConfig) -> Iterator[None]:
+    """A model whose tokenizer files are missing or unusable (none, a repository not cached, a marker
+    token it lacks) fails to load, as a device load fails: 502 with the reason."""
+    try:
+        yield
+    except ModelConfigError as exc:
+        raise ModelLoadFailed(f"Model '{config.sie_id}' failed to load: {exc}") from None
 
 
 def _load(config: ModelConfig, max_length: int | None = None) -> TextTokenizer:

@@ -244,6 +244,11 @@ _NOUNS = {"text": "text", "image": "images", "audio": "audio"}
 
 
 def _check_item(index: int, item: Item, model: str, inputs: tuple[str, ...], max_bytes: int) -> None:
+    if item.video is not None:  # a model whose YAML allows video is served for its other inputs
+        raise InvalidInput(
+            f"Item {index} has video, which model '{model}' does not accept: this server reads no video "
+            f"(its inputs: {', '.join(inputs)})"
+        )
     kind = modality_of(item)
     if kind is None:
         wanted = " or ".join(_NOUNS[k] for k in inputs)

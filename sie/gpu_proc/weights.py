@@ -19,6 +19,7 @@ from pathlib import Path
 from sie.gpu_proc.cluster_cache import ClusterCache
 from sie.gpu_proc.disk_cache import DiskCache
 from sie.gpu_proc.hf_cache import RepoLock, repo_folder, touch
+from sie.gpu_proc.tokenizer_conversion import convert_tokenizers
 from sie.model_config import (
     Catalog,
     ModelConfig,
@@ -27,6 +28,7 @@ from sie.model_config import (
     hf_snapshot,
     local_snapshot,
     resolve_weights_dir,
+    tokenizer_repositories,
 )
 from sie.settings import Settings
 from sie.shm.control import ControlBlock, ModelState
@@ -36,8 +38,14 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def local_weights(config: ModelConfig) -> Iterator[Path]:
-    """Without a cluster cache: the folder as model_config finds it (weightless families read none)."""
-    yield Path() if config.is_weightless else resolve_weights_dir(config)
+    """Without a cluster cache: the folder as model_config finds it (weightless families read none),
+    its slow tokenizers converted for the frontends."""
+    if config.is_weightless:
+        yield Path()
+        return
+    folder = resolve_weights_dir(config)
+    convert_tokenizers(config, folder)
+    yield folder
 
 
 class WeightsSource:
@@ -64,13 +72,16 @@ class WeightsSource:
             return
         with self._held(config.hf_id, config.hf_revision) as folder:
             # Even beside the folder's own tokenizer.json: a GLiNER bi-encoder's labels tokenizer.
-            self._fetch_tokenizers(config)
+            self._fetch_tokenizers(config, folder)
+            convert_tokenizers(config, folder)
             yield folder
 
-    def _fetch_tokenizers(self, config: ModelConfig) -> None:
+    def _fetch_tokenizers(self, config: ModelConfig, folder: Path) -> None:
         """The repositories whose tokenizer the frontends read for this model (from the local cache,
         once it loaded); one that cannot be had fails there, naming it, not here."""
-        for hf_id, revision in config.hf_tokenizer_dependencies.items():
+        for hf_id, revision in tokenizer_repositories(config, folder).items():
+            if Path(hf_id).expanduser().is_dir():  # an encoder named by a local folder
+                continue
             try:
                 with self._held(hf_id, revision):
                     pass

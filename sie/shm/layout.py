@@ -18,7 +18,8 @@ Request (frontend -> device): one tokenized HTTP request, or one chunk of a larg
                                          flags & FLOAT_PIXELS (a processor whose resize is not uint8)
     sample_offsets  int32[n_items + 1]   only when flags & HAS_AUDIO: item i is
     samples         f32[n_samples]       samples[sample_offsets[i]:sample_offsets[i+1]], mono, at the
-                                         model's rate
+                                         model's rate (Qwen3-VL: item i's images' resized RGB bytes,
+                                         4 a word, each image its own size; sie.frontend.tasks.qwen3_vl)
 
 A media request still has `offsets` and may have `input_ids`: the tokens each item brings besides
 its pixels or samples (an OWLv2 image's label queries, a Whisper window's decoder prompt).

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sie.model_config import ModelConfigError
-from sie.sie_yaml.adapters import ADAPTERS, CUSTOM_CODE_REPOS, NO_GENERATION, AdapterRule, refused
+from sie.sie_yaml.adapters import ADAPTERS, CUSTOM_CODE_REPOS, NO_GENERATION, NO_VIDEO, AdapterRule, refused
 from sie.sie_yaml.options import PROFILE_ENGINE_KNOBS, Refused, loadtime_options, runtime_options
 
 __all__ = ["ADAPTERS", "AdapterRule", "Refused", "adapter_class", "is_sie_format", "translate"]
@@ -121,9 +121,10 @@ def _copy(name: str) -> Callable[[dict[str, Any], Any, _Model], None]:
 
 def _inputs(out: dict[str, Any], value: Any, model: _Model) -> None:
     inputs = dict(value or {})
-    for kind in ("video", "document"):
-        if inputs.pop(kind, False):
-            raise Refused(f"inputs.{kind}: this server takes no {kind} inputs")
+    if inputs.pop("document", False):
+        raise Refused("inputs.document: this server takes no document inputs")
+    if inputs.pop("video", False):  # the model's other inputs are served; an item with video is a 400
+        model.notes.append(f"inputs.video: {NO_VIDEO}; its other inputs are, and an item with video is a 400")
     out["inputs"] = inputs
 
 

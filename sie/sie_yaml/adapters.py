@@ -28,6 +28,7 @@ def refused(reason: str) -> AdapterRule:
 
 
 NO_GENERATION = "text generation is not served by this server"
+NO_VIDEO = "video inputs are not served by this server (no video decoding or frame sampling here)"
 
 # SIE adapter class name -> our family (or why not). Unknown classes are refused by name. An adapter
 # that runs custom architectures natively in SIE (RoPE, Nomic, Jina, Candle's kernels) runs the
@@ -69,7 +70,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     ),
     "PrivacyFilterAdapter": refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
     # Families this server does not have.
-    "GLiNERUnionAdapter": refused("the windowed union of two GLiNER models is not served here"),
+    "GLiNERUnionAdapter": _family("gliner_union"),
     "GLiNER2Adapter": _family("gliner2"),
     "GLiNER2ClassificationAdapter": _family("gliner2"),
     "GLiNER2EntitiesAdapter": refused(
@@ -79,23 +80,17 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GLiNER2DecideAdapter": refused(
         "GLiNER2.5-Decide's typed decisions (gliner2 2.x's AutoExtractor) are not served here yet"
     ),
-    "GLiRELAdapter": refused("relation extraction (GLiREL) is not served here"),
+    "GLiRELAdapter": _family("glirel"),
     "GLiFormerAdapter": refused("GLiFormer is not served here"),
     "Qwen2FlashCrossEncoderAdapter": _family("llm_reranker"),
     "NativeCausalCrossEncoderAdapter": AdapterRule("llm_reranker", runtime={"input_format": "native"}),
-    "Qwen3VLRerankerAdapter": refused("vision-language rerankers are not served here"),
+    "Qwen3VLRerankerAdapter": _family("qwen3_vl_reranker"),
     "ColPaliAdapter": _family("colpali"),
-    "ColQwen2Adapter": refused(
-        "ColQwen2.5 is not served here yet: dynamic-resolution pages (smart_resize, patch grids per "
-        "page) and its checkpoint, a PEFT LoRA over vidore/colqwen2.5-base in colpali-engine's layout, "
-        "whose reference (colpali-engine, Qwen2VLProcessor) needs torchvision, which is not installed"
-    ),
+    "ColQwen2Adapter": _family("colqwen2"),
     "ColQwen3Adapter": refused("visual-document retrieval (ColQwen3) is not served here yet"),
-    "ColSmolAdapter": refused(
-        "ColSmol (Idefics3: pages split into tiles plus a global view) is not served here yet"
-    ),
+    "ColSmolAdapter": _family("colsmol"),
     "NemoColEmbedAdapter": refused("NVIDIA's vision-language ColEmbed is not served here"),
-    "Qwen3VLEmbeddingAdapter": refused("vision-language embeddings (Qwen3-VL) are not served here yet"),
+    "Qwen3VLEmbeddingAdapter": _family("qwen3_vl_embedding"),
     "TopkEmbedAdapter": refused("Gated DeltaNet multimodal embedders are not served here"),
     "SparseEncoderVisionAdapter": refused("vision sparse encoders are not served here"),
     "GroundingDINOAdapter": _family("grounding_dino"),
@@ -104,8 +99,8 @@ ADAPTERS: dict[str, AdapterRule] = {
     "StablebridgePrunerAdapter": refused("context pruning is not served here"),
     "FakeAdapter": _family("fake"),
     "DoclingAdapter": refused("document conversion (Docling) is not served here"),
-    "DonutAdapter": refused("OCR-free document understanding (Donut) is not served here"),
-    "Florence2Adapter": refused("Florence-2 vision tasks are not served here"),
+    "DonutAdapter": _family("donut"),
+    "Florence2Adapter": _family("florence2"),
     "LayaAdapter": refused("Laya is not served here"),
     "MinerUVLAdapter": refused(NO_GENERATION),
     "CTranslate2GenerationAdapter": refused(NO_GENERATION),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sie.gliner_union import UNION_OPTIONS, parse_members, union_options
 from sie.sie_yaml.adapters import NV_EMBED
 
 _TEXT_ENCODERS = frozenset({"dense", "hybrid", "splade", "colbert"})
@@ -62,6 +63,13 @@ _MUVERA_KEYS = frozenset(
     {"num_repetitions", "num_simhash_projections", "projection_dim", "final_projection_dim", "center_tokens"}
 )
 _SMVE_KEYS = frozenset({"width", "k", "num_repetitions", "seed", "max_nonzeros"})
+# SIE's DonutAdapter takes these at load as the defaults a request's options override.
+_DONUT_LOADTIME = {"default_task": "task", "max_new_tokens": "max_new_tokens", "num_beams": "num_beams"}
+# SIE's Qwen3-VL reranker falls back to a base model's processor when its own will not load.
+_QWEN3_VL_PROCESSOR = (
+    "has no effect: images are processed as the model's own folder says (its preprocessor_config.json, "
+    "else config.json's patch sizes with Qwen3-VL's normalization), with SIE's pixel budget"
+)
 
 
 class Refused(Exception):
@@ -111,13 +119,15 @@ def loadtime_options(
             runtime.setdefault("default_instruction", value)
         elif family == "colbert" and _colbert_loadtime(key, value, runtime):
             continue
-        elif family == "colpali" and key in ("token_dim", "muvera_config"):
+        elif family in ("colpali", "colqwen2", "colsmol") and key in ("token_dim", "muvera_config"):
             _colbert_loadtime(key, value, runtime)  # MUVERA's defaults and the vector size, as ColBERT's
             continue
         elif family == "llm_reranker" and key in _LLM_RERANKER_TUNING:
             notes.append(f"profile '{profile}': loadtime.{key} is SIE engine tuning, no effect here")
         elif family == "llm_reranker" and _llm_reranker_loadtime(key, value, runtime, loadtime):
             continue
+        elif key in ("base_processor_model", "base_processor_revision") and family == "qwen3_vl_reranker":
+            notes.append(f"profile '{profile}': loadtime.{key} {_QWEN3_VL_PROCESSOR}")
         elif key == "score_threshold" and family == "owlv2":
             runtime.setdefault("threshold", value)
         elif family == "fake" and key in _FAKE_LOADTIME:
@@ -130,12 +140,25 @@ def loadtime_options(
             loadtime[key] = value  # read by the frontend's GLiNER2 runner, checked per request
         elif key == "normalize" and family in _TEXT_ENCODERS:
             runtime.setdefault("normalize", bool(value))
+        elif family == "donut" and key in _DONUT_LOADTIME:
+            runtime_options({_DONUT_LOADTIME[key]: value}, family, runtime)  # SIE's defaults, as runtime's
         elif key == "max_len" and family == "gliner_bi":  # words read per text, by the frontend
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise Refused(f"loadtime.max_len {value!r} is not a positive integer")
             loadtime["max_len"] = value
+        elif key == "members" and family == "gliner_union":
+            loadtime["members"] = _union_members(value)
         else:
             raise Refused(f"loadtime.{key} is not supported for the {family} family")
+
+
+def _union_members(value: Any) -> list[Any]:
+    """A GLiNER union's other members, checked (sie.gliner_union), kept as SIE names them."""
+    try:
+        parse_members(value)
+    except ValueError as exc:
+        raise Refused(f"loadtime.members: {exc}") from None
+    return list(value)
 
 
 def _bidirectional(field_text: str, family: str, loadtime: dict[str, Any]) -> None:
@@ -259,6 +282,14 @@ def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, An
             runtime["threshold" if key == "box_threshold" else key] = value
         elif key == "relation_threshold" and family == "gliner":
             runtime["relation_threshold"] = value  # joint entity-relation models (gliner relex)
+        elif key == "num_beams" and family == "donut" and value != 1:
+            raise Refused(f"runtime.num_beams {value!r}: Donut decodes greedily here (num_beams 1)")
+        elif key in ("task", "max_new_tokens", "num_beams") and family == "donut":
+            runtime[key] = value  # the task prompt and generation settings, checked per request
+        elif key in UNION_OPTIONS and family == "gliner_union":
+            runtime[key] = value  # how the members' spans are composed, checked below
+        elif key in ("task", "max_new_tokens", "num_beams") and family == "florence2":
+            runtime[key] = value  # the task token and generation settings, checked per request
         elif key == "lora_id":
             raise Refused(
                 "runtime.lora_id: LoRA adapters from the Hugging Face cache are not loaded by profile here; "
@@ -266,6 +297,11 @@ def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, An
             )
         else:
             raise Refused(f"runtime.{key} is not supported for the {family} family")
+    if family == "gliner_union":
+        try:
+            union_options(runtime)
+        except ValueError as exc:
+            raise Refused(f"runtime: {exc}") from None
 
 
 def _is_multi_label(value: Any) -> bool:

@@ -19,6 +19,8 @@ from tests.tiny_models.gliner import make_gliner, model_yaml_gliner
 from tests.tiny_models.gliner2 import make_gliner2, model_yaml_gliner2
 from tests.tiny_models.gliner_bi import make_gliner_bi, model_yaml_gliner_bi
 from tests.tiny_models.gliner_relex import make_gliner_relex, model_yaml_gliner_relex
+from tests.tiny_models.gliner_union import make_gliner_union, model_yaml_gliner_union
+from tests.tiny_models.glirel import make_glirel, model_yaml_glirel
 from tests.tiny_models.hybrid import make_hybrid, model_yaml_hybrid
 from tests.tiny_models.nli import make_nli, model_yaml_nli
 from tests.tiny_models.splade import make_splade, model_yaml_splade
@@ -37,6 +39,8 @@ GLICLASS = "tiny/gliclass"
 GLINER2 = "tiny/gliner2"
 GLINER_BI = "tiny/gliner-bi"
 GLINER_RELEX = "tiny/gliner-relex"
+GLINER_UNION = "tiny/gliner-union"
+GLIREL = "tiny/glirel"
 NLI = "tiny/nli"
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -52,6 +56,8 @@ BUILDERS: dict[str, Builder] = {
     GLINER2: (make_gliner2, model_yaml_gliner2),
     GLINER_BI: (make_gliner_bi, model_yaml_gliner_bi),
     GLINER_RELEX: (make_gliner_relex, model_yaml_gliner_relex),
+    GLINER_UNION: (make_gliner_union, model_yaml_gliner_union),
+    GLIREL: (make_glirel, model_yaml_glirel),
     NLI: (make_nli, model_yaml_nli),
 }
 

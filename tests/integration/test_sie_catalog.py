@@ -33,14 +33,14 @@ SDK_PYTHON = REPO / ".venv-sdk" / "bin" / "python"
 SDK_CLIENT = Path(__file__).with_name("sdk_client.py")
 BGE = "BAAI/bge-small-en-v1.5"  # served, weights in the cache
 E5 = "intfloat/e5-small-v2"  # served, weights not in the cache
-RERANKER = "Qwen/Qwen3-VL-Reranker-2B"  # refused: a vision-language reranker
+REFUSED_MODEL = "nvidia/nemotron-colembed-vl-4b-v2"  # refused: NVIDIA's vision-language ColEmbed
 MALFORMED = "broken/not-yaml"  # the id a file that is not YAML gets from its name
 FILES = {
     BGE: "BAAI__bge-small-en-v1.5.yaml",
     E5: "intfloat__e5-small-v2.yaml",
-    RERANKER: "Qwen__Qwen3-VL-Reranker-2B.yaml",
+    REFUSED_MODEL: "nvidia__nemotron-colembed-vl-4b-v2.yaml",
 }
-REFUSED_ADAPTER = "Qwen3VLRerankerAdapter"
+REFUSED_ADAPTER = "NemoColEmbedAdapter"
 TEXTS = ["A man is eating food.", "Hello", "Protein expression levels increased in treated mice."]
 
 
@@ -114,7 +114,7 @@ def test_models_lists_served_refused_and_malformed_files(lab: Lab) -> None:
     response = httpx.get(f"{lab.server.url}/v1/models", timeout=10)
     assert response.status_code == 200, response.text
     listed = {m["name"]: m for m in response.json()["models"]}
-    assert set(listed) == {BGE, E5, RERANKER, MALFORMED}
+    assert set(listed) == {BGE, E5, REFUSED_MODEL, MALFORMED}
     bge = listed[BGE]
     assert (bge["supported"], bge["state"], bge["loaded"], bge["dims"]) == (
         True,
@@ -124,12 +124,12 @@ def test_models_lists_served_refused_and_malformed_files(lab: Lab) -> None:
     )
     assert bge["profiles"] == {"candle": {"is_default": True}}
     assert (listed[E5]["supported"], listed[E5]["loaded"]) == (True, False)
-    for name, cause in ((RERANKER, REFUSED_ADAPTER), (MALFORMED, "not readable as YAML")):
+    for name, cause in ((REFUSED_MODEL, REFUSED_ADAPTER), (MALFORMED, "not readable as YAML")):
         model = listed[name]
         assert (model["supported"], model["state"], model["loaded"]) == (False, "failed", False), model
         assert cause in model["unsupported_reason"], model
         assert model["last_error"] == {"code": "MODEL_LOAD_FAILED", "message": model["unsupported_reason"]}
-    one = httpx.get(f"{lab.server.url}/v1/models/{RERANKER}", timeout=10).json()
+    one = httpx.get(f"{lab.server.url}/v1/models/{REFUSED_MODEL}", timeout=10).json()
     assert one["supported"] is False and REFUSED_ADAPTER in one["unsupported_reason"]
 
 
@@ -160,7 +160,7 @@ def test_encode_matches_cls_pooling_with_the_query_template(lab: Lab, as_json: b
 
 
 @pytest.mark.parametrize(
-    ("model", "cause"), [(RERANKER, REFUSED_ADAPTER), (MALFORMED, "not readable as YAML")]
+    ("model", "cause"), [(REFUSED_MODEL, REFUSED_ADAPTER), (MALFORMED, "not readable as YAML")]
 )
 def test_a_refused_file_answers_502_with_the_reason(lab: Lab, model: str, cause: str) -> None:
     status, code, message = error_of(encode(lab.server.url, model, {"items": [{"text": "hi"}]}, as_json=True))
@@ -198,13 +198,13 @@ def test_catalog_command_reports_the_directory(lab: Lab) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    listed = {BGE, E5, RERANKER, MALFORMED}
+    listed = {BGE, E5, REFUSED_MODEL, MALFORMED}
     lines = done.stdout.splitlines()
     assert lines[-1] == f"2 served, 2 unsupported, {len(list(lab.models.glob('*.yaml')))} in all"
     rows = {line.split()[0]: line.split(maxsplit=1)[1] for line in lines if line.split()[0] in listed}
     assert set(rows) == listed
     assert rows[BGE].split() == ["served", "dense"] and rows[E5].split() == ["served", "dense"]
-    assert rows[RERANKER].startswith("unsupported") and REFUSED_ADAPTER in rows[RERANKER]
+    assert rows[REFUSED_MODEL].startswith("unsupported") and REFUSED_ADAPTER in rows[REFUSED_MODEL]
     assert rows[MALFORMED].startswith("unsupported") and "not readable as YAML" in rows[MALFORMED]
     assert len(lines) == len(listed) + 1, f"not one line per id:\n{done.stdout}"
 
@@ -214,7 +214,7 @@ def test_the_sie_sdk_encodes_with_the_sie_id(lab: Lab) -> None:
     actions = [
         {"op": "encode", "model": BGE, "items": [{"text": t} for t in TEXTS]},
         {"op": "encode", "model": BGE, "items": [{"text": t} for t in TEXTS], "kwargs": {"is_query": True}},
-        {"op": "encode", "model": RERANKER, "items": {"text": "hi"}},
+        {"op": "encode", "model": REFUSED_MODEL, "items": {"text": "hi"}},
     ]
     done = subprocess.run(
         [str(SDK_PYTHON), str(SDK_CLIENT), lab.server.url],

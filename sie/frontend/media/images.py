@@ -108,10 +108,18 @@ def _resize(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
     width, height = _resized_wh(pixels, spec)
     dropped = width - spec.width
     left, kept = (dropped // 2, spec.width) if spec.do_center_crop and dropped > 0 else (0, width)
-    fast = resample.resize(pixels, width, height, spec.resample, left, kept)
+    return resize_pixels(pixels, width, height, spec.resample, left, kept)
+
+
+def resize_pixels(
+    pixels: np.ndarray, width: int, height: int, resample_filter: int, left: int = 0, kept: int | None = None
+) -> np.ndarray:
+    """Pillow's resize of uint8 [H, W, 3] to (width, height), columns left .. left + kept of it."""
+    kept = width if kept is None else kept
+    fast = resample.resize(pixels, width, height, resample_filter, left, kept)
     if fast is not None:
         return fast
-    resized = Image.fromarray(pixels).resize((width, height), resample=spec.resample)
+    resized = Image.fromarray(pixels).resize((width, height), resample=resample_filter)
     return np.asarray(resized, np.uint8)[:, left : left + kept]
 
 

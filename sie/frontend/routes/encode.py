@@ -63,6 +63,7 @@ async def encode(request: Request) -> Response:
         is_query=is_query,
         muvera=muvera,
         smve=smve,
+        instruction=params.instruction,
     )
     embedded = await embed(state, target, req.items, texts, embed_options)
     post_started = time.perf_counter()

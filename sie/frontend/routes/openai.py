@@ -11,8 +11,9 @@ from sie.frontend.errors import openai_error_response
 from sie.frontend.render import render_openai_embeddings
 from sie.frontend.state import FrontendState
 from sie.frontend.target import resolve
-from sie.frontend.tasks.encode import EmbedOptions, embed_texts
-from sie.frontend.wire import EmbeddingsRequest, decode_body
+from sie.frontend.tasks.embed import embed
+from sie.frontend.tasks.encode import EmbedOptions
+from sie.frontend.wire import EmbeddingsRequest, Item, decode_body
 
 
 async def embeddings(request: Request) -> Response:
@@ -33,7 +34,8 @@ async def embeddings(request: Request) -> Response:
                 f"Model '{req.model}' has {dim} dimensions; 'dimensions' must be {dim} or omitted"
             )
         # OpenAI inputs are documents: the model's document template applies, as on /v1/encode.
-        embedded = await embed_texts(state, target, target.format(texts, is_query=False), EmbedOptions())
+        items = [Item(text=text) for text in texts]  # a family's own encode runner sees them as items
+        embedded = await embed(state, target, items, target.format(texts, is_query=False), EmbedOptions())
     except SieError as error:
         return openai_error_response(error)
     assert embedded.dense is not None  # EmbedOptions() asks for dense, which the model has

@@ -42,6 +42,9 @@ async def score_route(request: Request) -> Response:
     validate_items([req.query], model=name, inputs=config.input_kinds())
     validate_items(req.items, model=name, inputs=config.input_kinds())
     target = bind(name, slot, config, profile_option(req.options), lora_option(req.options))
+    if (runner := target.family.score_function()) is not None:  # pairs with images, its own prompts
+        scored = await runner(state, target, req.query, req.items, req.instruction, req.options)
+        return _render(request, state, name, req, scored, started)
     if target.family.encode_runner is not None:  # pages and queries (sie.frontend.tasks.pages)
         paged = await score_pages(state, target, req.query, req.items)
         return _render(request, state, name, req, paged, started)
@@ -123,6 +126,11 @@ async def _rerank(
     validate_items([Item(text=query)], model=model)
     validate_items([Item(text=d) for d in documents], model=model)
     target = bind(model, slot, config, profile_option(options), lora_option(options))
+    if (runner := target.family.score_function()) is not None:
+        scored: Scored = await runner(
+            state, target, Item(text=query), [Item(text=d) for d in documents], None, options
+        )
+        return scored
     return await score(state, target, query, documents, max_seq_length=(options or {}).get("max_seq_length"))
 
 

@@ -38,6 +38,7 @@ class EmbedOptions:
     is_query: bool = False
     muvera: MuveraParams | None = None  # already validated (see sie.frontend.muvera)
     smve: SmveParams | None = None  # already validated (see sie.frontend.smve)
+    instruction: str | None = None  # the request's, for a runner that builds its own prompt
 
 
 @dataclass(frozen=True, slots=True)

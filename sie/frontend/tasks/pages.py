@@ -4,7 +4,9 @@ A text item is a query: the model's query prompt around it (`PageRecipe.queries`
 of its tokens. An image is a page: decoded and resized here, sent as pixels with the prompt ids the
 model reads beside them, one device item each. An item's vectors are its tokens' (text) or its
 images' patches and prompt tokens, concatenated in image order (as SIE returns several pages of
-one item). MUVERA and normalization follow, as for ColBERT; `/v1/score` is MaxSim of a query's
+one item). Where a model's pages differ in shape (ColQwen2.5 keeps each page's aspect, ColSmol cuts
+it into as many tiles as it needs), each page goes as its own message, and the device batches it
+with pages of its shape. MUVERA and normalization follow, as for ColBERT; `/v1/score` is MaxSim of a query's
 vectors against each item's.
 """
 
@@ -12,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from sie.frontend.media.images import decode_image
-from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.media.submit import MESSAGE_SHARE, Prepared, submit_units
 from sie.frontend.muvera import fde
 from sie.frontend.pipeline import admit, submit, tokenize
 from sie.frontend.postprocess import l2_normalize
@@ -45,13 +49,41 @@ class Page:
 
 
 class PageRecipe(Protocol):
-    """An architecture's prompts and image processing (sie.frontend.colpali, ...)."""
+    """An architecture's prompts and image processing (sie.frontend.colpali, colqwen2, colsmol)."""
+
+    @property
+    def one_size(self) -> bool:
+        """Every page has the same pixel shape (else each page goes as its own message, and the
+        device batches it with pages of its shape only)."""
+        ...
 
     def queries(self, texts: Sequence[str]) -> Encoded: ...
 
-    def page(self, pixels: np.ndarray) -> Page: ...
+    def page(self, pixels: np.ndarray, where: str) -> Page: ...
 
-    def unit_bytes(self) -> int: ...
+    def unit_bytes(self) -> int: ...  # the most bytes of one page (pixels and ids)
+
+
+def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], *, add_special_tokens: bool) -> Encoded:
+    """Queries in their model's prompt, tokenized into the flat layout (no padding)."""
+    encodings = tokenizer.encode_batch_fast(list(prompts), add_special_tokens=add_special_tokens)
+    offsets = np.zeros(len(encodings) + 1, np.int32)
+    np.cumsum([len(e.ids) for e in encodings], out=offsets[1:])
+    ids = np.fromiter((i for e in encodings for i in e.ids), np.int32, count=int(offsets[-1]))
+    return Encoded(offsets, ids, None, int(offsets[-1]))
+
+
+def split_prompt(tokenizer: Tokenizer, prompt: str, image_token: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """A page prompt's ids before and after its one image placeholder (a special token, which the
+    tokenizer splits on, so what surrounds it tokenizes alone), and the placeholder's id."""
+    image_id = tokenizer.token_to_id(image_token)
+    if image_id is None:
+        raise ValueError(f"the tokenizer has no image token {image_token!r}")
+    ids = tokenizer.encode(prompt, add_special_tokens=True).ids
+    if ids.count(image_id) != 1:
+        raise ValueError(f"the page prompt {prompt!r} does not tokenize to one {image_token!r}")
+    at = ids.index(image_id)
+    return np.asarray(ids[:at], np.int32), np.asarray(ids[at + 1 :], np.int32), image_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +158,17 @@ async def _pages(
     admit(state, target, len(units))
     slot, key = target.slot, target.batch_key()
     max_pixels = state.settings.max_image_pixels
+    unit_bytes = recipe.unit_bytes()
+    if not recipe.one_size:  # one page a message: a message's pixels have one shape
+        unit_bytes = max(unit_bytes, state.settings.request_ring_bytes // MESSAGE_SHARE)
 
     def prepare(part: Sequence[ImageUnit]) -> Prepared:
-        pages = [recipe.page(decode_image(u.data, u.format, max_pixels, u.where).pixels) for u in part]
+        pages = [
+            recipe.page(decode_image(u.data, u.format, max_pixels, u.where).pixels, u.where) for u in part
+        ]
         return Prepared(_page_batch(pages, slot, key), [None] * len(pages))
 
-    submitted = await submit_units(state, units, recipe.unit_bytes(), prepare)
+    submitted = await submit_units(state, units, unit_bytes, prepare)
     per_image = [m for results, _ in submitted.parts for m in results.ragged[ResultKind.MULTIVECTOR]]
     by_item: dict[int, list[np.ndarray]] = {}
     for unit, matrix in zip(units, per_image, strict=True):  # units run item by item, image by image
@@ -141,6 +178,9 @@ async def _pages(
 
 
 def _page_batch(pages: list[Page], slot: int, key: int) -> TokenBatch:
+    """The pages as one request; its key also carries their shape, so a device batch holds pages of
+    one shape (the low 32 bits: the LoRA adapter's bits above stay as they are)."""
+    key ^= zlib.crc32(str(pages[0].pixels.shape).encode())
     lengths = np.array([len(page.input_ids) for page in pages], np.int32)
     offsets = np.zeros(len(pages) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])

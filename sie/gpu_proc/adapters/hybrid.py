@@ -31,6 +31,7 @@ from sie.gpu_proc.adapters.common import (
     token_rows_output,
 )
 from sie.gpu_proc.outputs import Output
+from sie.model_config import find_tokenizer_file
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
@@ -135,8 +136,8 @@ def load_linear(path: Path) -> torch.nn.Linear:
 def special_token_ids(weights_dir: Path, config: dict[str, Any]) -> list[int]:
     """Ids of the special tokens named by config.json and by the tokenizer files' roles."""
     ids = {int(config[key]) for key in SPECIAL_CONFIG_IDS if config.get(key) is not None}
-    tokenizer_file = weights_dir / "tokenizer.json"
-    if tokenizer_file.is_file():
+    tokenizer_file = find_tokenizer_file(weights_dir)  # its own, or converted from a slow tokenizer
+    if tokenizer_file is not None:
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
