@@ -17,17 +17,9 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
-from sie.gpu_proc.adapters.colvision import (
-    PageModel,
-    base_folder,
-    load_backbone,
-    load_projection,
-    merge_lora,
-    rename,
-)
+from sie.gpu_proc.adapters.colvision import PageModel, load_page_model
 from sie.gpu_proc.adapters.common import compute_dtype, place
 from sie.gpu_proc.adapters.qwen_patches import flat_patches
-from sie.model_config import ModelConfigError
 from sie.page_config import patch_pages
 
 if TYPE_CHECKING:
@@ -69,13 +61,9 @@ class ColQwen2Adapter(PageModel):
 
         torch_device = torch.device(device)
         dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        base = base_folder(weights_dir)
-        model = load_backbone(Qwen2_5_VLModel, base, KEY_MAPPING, dtype)
-        if model.config.model_type != "qwen2_5_vl":
-            raise ModelConfigError(f"{base}: a {model.config.model_type} checkpoint, not Qwen2.5-VL")
-        projection = load_projection(base, PROJECTION, dtype)
-        if base != weights_dir:
-            merge_lora(weights_dir, lambda name: projection if name == PROJECTION else _module(model, name))
+        model, projection = load_page_model(
+            Qwen2_5_VLModel, "qwen2_5_vl", weights_dir, KEY_MAPPING, PROJECTION, dtype
+        )
         place(model, torch_device)
         _patch_embed_as_matmul(model)
         normalizer = PixelNormalizer(patch_pages(weights_dir).pixels, torch_device)
@@ -101,10 +89,6 @@ class ColQwen2Adapter(PageModel):
             "image_grid_thw": torch.tensor([[1, rows, cols]] * n, device=values.device),
             "mm_token_type_ids": (ids == self._image_id).int(),
         }
-
-
-def _module(model: torch.nn.Module, name: str) -> torch.nn.Module:
-    return model.get_submodule(rename(name, KEY_MAPPING))
 
 
 def _patch_embed_as_matmul(model: torch.nn.Module) -> None:

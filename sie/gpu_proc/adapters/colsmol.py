@@ -17,16 +17,8 @@ import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
-from sie.gpu_proc.adapters.colvision import (
-    PageModel,
-    base_folder,
-    load_backbone,
-    load_projection,
-    merge_lora,
-    rename,
-)
+from sie.gpu_proc.adapters.colvision import PageModel, load_page_model
 from sie.gpu_proc.adapters.common import compute_dtype, place
-from sie.model_config import ModelConfigError
 from sie.page_config import tiled_pages
 
 if TYPE_CHECKING:
@@ -46,13 +38,9 @@ class ColSmolAdapter(PageModel):
 
         torch_device = torch.device(device)
         dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        base = base_folder(weights_dir)
-        model = load_backbone(Idefics3Model, base, KEY_MAPPING, dtype)
-        if model.config.model_type != "idefics3":
-            raise ModelConfigError(f"{base}: a {model.config.model_type} checkpoint, not Idefics3")
-        projection = load_projection(base, PROJECTION, dtype)
-        if base != weights_dir:
-            merge_lora(weights_dir, lambda name: projection if name == PROJECTION else _module(model, name))
+        model, projection = load_page_model(
+            Idefics3Model, "idefics3", weights_dir, KEY_MAPPING, PROJECTION, dtype
+        )
         place(model, torch_device)
         normalizer = PixelNormalizer(tiled_pages(weights_dir).pixels, torch_device)
         budget = config.profile(profile).max_batch_tokens
@@ -70,7 +58,3 @@ class ColSmolAdapter(PageModel):
         output = self._live()(input_ids=ids, attention_mask=mask, use_cache=False, **images)
         hidden: torch.Tensor = output.last_hidden_state
         return hidden
-
-
-def _module(model: torch.nn.Module, name: str) -> torch.nn.Module:
-    return model.get_submodule(rename(name, KEY_MAPPING))

@@ -99,6 +99,31 @@ def load_projection(base: Path, name: str, dtype: torch.dtype) -> torch.nn.Linea
     return projection.to(dtype).eval()
 
 
+def load_page_model(
+    auto_class: Any,
+    model_type: str,
+    weights_dir: Path,
+    mapping: KeyMapping,
+    projection_name: str,
+    dtype: torch.dtype,
+) -> tuple[PreTrainedModel, torch.nn.Linear]:
+    """The backbone and its projection from the folder's checkpoint (or the base its LoRA names),
+    the LoRA merged into both."""
+    base = base_folder(weights_dir)
+    model = load_backbone(auto_class, base, mapping, dtype)
+    if model.config.model_type != model_type:
+        raise ModelConfigError(f"{base}: a {model.config.model_type} checkpoint, not {model_type}")
+    projection = load_projection(base, projection_name, dtype)
+    if base != weights_dir:
+        merge_lora(
+            weights_dir,
+            lambda name: (
+                projection if name == projection_name else model.get_submodule(rename(name, mapping))
+            ),
+        )
+    return model, projection
+
+
 def merge_lora(folder: Path, module_of: Callable[[str], torch.nn.Module]) -> int:
     """Add the folder's LoRA (PEFT's layout) into the modules `module_of` finds by their name in the
     adapter; the number of modules changed."""
