@@ -160,4 +160,4 @@ def test_a_page_too_long_for_qwen_is_a_400(served: Served) -> None:
     }
     response = encode(server.url, COLQWEN, body, as_json=False)
     assert response.status_code == 400, response.text
-    assert "Item 0 image 0: a page of 2010x10 pixels" in decode(response)["detail"]["message"]
+    assert "Item 0 image 0: an image of 2010x10 pixels" in decode(response)["detail"]["message"]

@@ -5,6 +5,7 @@ short test texts are read in several."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def make_gliner_union(folder: Path) -> Path:
 
 def model_yaml_gliner_union(sie_id: str, folder: Path) -> dict[str, Any]:
     members = [{"path": str(folder / SECOND), "options": SECOND_OPTIONS}]
-    options = {"loadtime": {"members": members}, "runtime": RUNTIME}
+    options = {"loadtime": {"members": members}, "runtime": copy.deepcopy(RUNTIME)}  # callers may edit it
     return {
         "sie_id": sie_id,
         "weights": {"path": str(folder / FIRST)},
