@@ -71,9 +71,26 @@ async def extract(state: FrontendState, target: Target, job: ExtractJob) -> Extr
 
 
 async def submit_extract(
-    state: FrontendState, target: Target, encoded: Any, tokenization_ms: float, kind: ResultKind
+    state: FrontendState,
+    target: Target,
+    encoded: Any,
+    tokenization_ms: float,
+    kind: ResultKind,
+    *,
+    key: int | None = None,
+    scalar: float = 0.0,
 ) -> TokenResults:
-    return await submit(state, target, encoded, op=Op.EXTRACT, kinds={kind}, tokenization_ms=tokenization_ms)
+    """One extract job's tokens to the device for one kind of result (see pipeline.submit)."""
+    return await submit(
+        state,
+        target,
+        encoded,
+        op=Op.EXTRACT,
+        kinds={kind},
+        key=key,
+        tokenization_ms=tokenization_ms,
+        scalar=scalar,
+    )
 
 
 def extracted_from(

@@ -20,12 +20,12 @@ from sie.frontend import gliner2_structure as structure
 from sie.frontend.gliner2 import Gliner2Prompts, Schema, Words, check_field_names
 from sie.frontend.gliner2_decode import entities, split_values
 from sie.frontend.gliner2_windows import Found, picks, pool, ranked, windows
-from sie.frontend.pipeline import admit, submit, tokenize
+from sie.frontend.pipeline import admit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
-from sie.frontend.tasks.extract import Extracted, ExtractJob
+from sie.frontend.tasks.extract import Extracted, ExtractJob, submit_extract
 from sie.model_config import ModelConfig, resolve_weights_dir
-from sie.shm.layout import Op, ResultKind
+from sie.shm.layout import ResultKind
 
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_MAX_WIDTH = 8  # gliner2's ExtractorConfig default
@@ -62,14 +62,7 @@ async def run_gliner2(state: FrontendState, target: Target, job: ExtractJob) -> 
     (encoded, read), tokenization_ms = await tokenize(
         lambda: prompts.encode(rows, [task.schema], task.prefix), len(rows)
     )
-    submitted = await submit(
-        state,
-        target,
-        encoded,
-        op=Op.EXTRACT,
-        kinds={ResultKind.TOKEN_SCORES},
-        tokenization_ms=tokenization_ms,
-    )
+    submitted = await submit_extract(state, target, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
     values = submitted.results.ragged[ResultKind.TOKEN_SCORES]
     max_width = state.tokenizers.derived(config, "gliner2:max_width", lambda _: max_width_of(config))
     per_text: list[list[Any]] = [[] for _ in job.texts]

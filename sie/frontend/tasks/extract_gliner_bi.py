@@ -14,11 +14,11 @@ from typing import Any
 from sie.errors import InvalidInput
 from sie.frontend.gliner import decode
 from sie.frontend.gliner_bi import GlinerBiInputs
-from sie.frontend.pipeline import admit, submit, tokenize
+from sie.frontend.pipeline import admit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
-from sie.frontend.tasks.extract import Extracted, ExtractJob
-from sie.shm.layout import Op, ResultKind
+from sie.frontend.tasks.extract import Extracted, ExtractJob, submit_extract
+from sie.shm.layout import ResultKind
 
 DEFAULT_THRESHOLD = 0.5  # SIE's GLiNER-bi default (its catalog profiles say 0.3)
 
@@ -45,14 +45,7 @@ async def run_gliner_bi(state: FrontendState, target: Target, job: ExtractJob) -
     (encoded, words), tokenization_ms = await tokenize(
         lambda: inputs.encode(job.texts, labels), len(job.texts)
     )
-    submitted = await submit(
-        state,
-        target,
-        encoded,
-        op=Op.EXTRACT,
-        kinds={ResultKind.TOKEN_SCORES},
-        tokenization_ms=tokenization_ms,
-    )
+    submitted = await submit_extract(state, target, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
     scores = submitted.results.ragged[ResultKind.TOKEN_SCORES]
     entities = [
         decode(scores[i], len(words[i]), labels, words[i], text, threshold, flat_ner, multi_label)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from sie.frontend.gliner import GlinerPrompts, merge_adjacent, unique_labels
 from sie.frontend.gliner_relex import decode_item, relex_options
-from sie.frontend.pipeline import submit, tokenize
+from sie.frontend.pipeline import tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key, lora_index
-from sie.frontend.tasks.extract import MAX_EXTRACT_LABELS, Extracted, ExtractJob
-from sie.shm.layout import Op, ResultKind, with_lora
+from sie.frontend.tasks.extract import MAX_EXTRACT_LABELS, Extracted, ExtractJob, submit_extract
+from sie.shm.layout import ResultKind, with_lora
 
 
 async def run_gliner_relex(
@@ -32,14 +32,13 @@ async def run_gliner_relex(
     (encoded, words), tokenization_ms = await tokenize(
         lambda: prompts.encode(job.texts, labels, relex.relation_labels), len(job.texts)
     )
-    submitted = await submit(
+    submitted = await submit_extract(
         state,
         target,
         encoded,
-        op=Op.EXTRACT,
-        kinds={ResultKind.TOKEN_SCORES},
+        tokenization_ms,
+        ResultKind.TOKEN_SCORES,
         key=_batch_key(target, threshold),
-        tokenization_ms=tokenization_ms,
         scalar=threshold,  # the forward picks relation candidates with it
     )
     rows = submitted.results.ragged[ResultKind.TOKEN_SCORES]

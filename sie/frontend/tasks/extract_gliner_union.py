@@ -18,13 +18,13 @@ from typing import Any
 from sie.errors import InvalidInput
 from sie.frontend.gliner import GlinerPrompts, decode, merge_adjacent
 from sie.frontend.gliner_union import Span, compose, word_windows
-from sie.frontend.pipeline import TokenResults, admit, submit, tokenize
+from sie.frontend.pipeline import TokenResults, admit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
-from sie.frontend.tasks.extract import Extracted, ExtractJob
+from sie.frontend.tasks.extract import Extracted, ExtractJob, submit_extract
 from sie.gliner_union import UNION_OPTIONS, Member, UnionOptions, parse_members, union_options
 from sie.model_config import ModelConfig, resolve_weights_dir
-from sie.shm.layout import Op, ResultKind
+from sie.shm.layout import ResultKind
 
 MAX_LABEL_CHARS = 128  # SIE's cap on one label of a GLiNER model
 
@@ -113,14 +113,13 @@ async def _member_spans(
     (encoded, words), tokenization_ms = await tokenize(
         lambda: member.prompts.encode(windows.rows, labels), len(windows.rows)
     )
-    submitted = await submit(
+    submitted = await submit_extract(
         state,
         target,
         encoded,
-        op=Op.EXTRACT,
-        kinds={ResultKind.TOKEN_SCORES},
+        tokenization_ms,
+        ResultKind.TOKEN_SCORES,
         key=config_key(target.profile_name, f"union member={index}"),
-        tokenization_ms=tokenization_ms,
         scalar=float(index),  # which member runs the batch
     )
     scores = submitted.results.ragged[ResultKind.TOKEN_SCORES]
