@@ -42,6 +42,12 @@ extras=""
 # dependencies (torch, transformers, datasets): its modules import loguru and seqeval, and seqeval
 # scikit-learn, which sentence-transformers brings.
 .venv/bin/python -m pip install -q --no-deps "glirel==1.2.1" "loguru==0.7.3" "seqeval==1.2.2"
+# GLiFormer's model classes (the gliformer family loads its checkpoints through them). Without its
+# dependencies: gliner, accelerate, scipy, pydantic, pillow and huggingface-hub are here already.
+.venv/bin/python -m pip install -q --no-deps "gliformer==0.1.3"
+# Laya's own package (the laya family's tests build their checkpoints and reference answers with
+# it). Without its dependencies: torch, transformers, safetensors and numpy are ours already.
+.venv/bin/python -m pip install -q --no-deps "laya==0.4.15"
 
 if [ "${1:-}" = "--test" ]; then
   py312=""

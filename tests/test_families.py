@@ -24,6 +24,7 @@ from tests.tiny_models.donut import model_yaml_donut
 from tests.tiny_models.fake import model_yaml_fake
 from tests.tiny_models.florence2 import model_yaml_florence2
 from tests.tiny_models.gliclass import model_yaml_gliclass
+from tests.tiny_models.gliformer import model_yaml_gliformer
 from tests.tiny_models.gliner import model_yaml_gliner
 from tests.tiny_models.gliner2 import model_yaml_gliner2
 from tests.tiny_models.gliner_bi import model_yaml_gliner_bi
@@ -31,6 +32,7 @@ from tests.tiny_models.gliner_union import model_yaml_gliner_union
 from tests.tiny_models.glirel import model_yaml_glirel
 from tests.tiny_models.grounding_dino import model_yaml_grounding_dino
 from tests.tiny_models.hybrid import model_yaml_hybrid
+from tests.tiny_models.laya import model_yaml_laya
 from tests.tiny_models.llm_reranker import model_yaml_llm_reranker
 from tests.tiny_models.nli import model_yaml_nli
 from tests.tiny_models.owlv2 import model_yaml_owlv2
@@ -62,6 +64,8 @@ TINY_MODEL_YAMLS = [
     model_yaml_gliner2("tiny/gliner2", NOWHERE),
     model_yaml_gliner_union("tiny/gliner-union", NOWHERE),
     model_yaml_glirel("tiny/glirel", NOWHERE),
+    model_yaml_gliformer("tiny/gliformer", NOWHERE),
+    model_yaml_laya("tiny/laya", NOWHERE),
     model_yaml_clip("tiny/clip", NOWHERE),
     model_yaml_owlv2("tiny/owlv2", NOWHERE),
     model_yaml_grounding_dino("tiny/grounding-dino", NOWHERE),

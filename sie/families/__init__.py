@@ -31,6 +31,8 @@ _SPEC_MODULES = (
     "gliner2",
     "gliner_union",
     "glirel",
+    "gliformer",
+    "laya",
     "clip",
     "owlv2",
     "grounding_dino",

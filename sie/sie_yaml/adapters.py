@@ -81,7 +81,7 @@ ADAPTERS: dict[str, AdapterRule] = {
         "GLiNER2.5-Decide's typed decisions (gliner2 2.x's AutoExtractor) are not served here yet"
     ),
     "GLiRELAdapter": _family("glirel"),
-    "GLiFormerAdapter": refused("GLiFormer is not served here"),
+    "GLiFormerAdapter": _family("gliformer"),
     "Qwen2FlashCrossEncoderAdapter": _family("llm_reranker"),
     "NativeCausalCrossEncoderAdapter": AdapterRule("llm_reranker", runtime={"input_format": "native"}),
     "Qwen3VLRerankerAdapter": _family("qwen3_vl_reranker"),
@@ -101,7 +101,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "DoclingAdapter": refused("document conversion (Docling) is not served here"),
     "DonutAdapter": _family("donut"),
     "Florence2Adapter": _family("florence2"),
-    "LayaAdapter": refused("Laya is not served here"),
+    "LayaAdapter": _family("laya"),
     "MinerUVLAdapter": refused(NO_GENERATION),
     "CTranslate2GenerationAdapter": refused(NO_GENERATION),
     "SGLangGenerationAdapter": refused(NO_GENERATION),

@@ -15,6 +15,7 @@ import yaml
 from tests.tiny_models.colbert import make_colbert, model_yaml_colbert
 from tests.tiny_models.cross_encoder import make_cross_encoder, model_yaml_cross_encoder
 from tests.tiny_models.gliclass import make_gliclass, model_yaml_gliclass
+from tests.tiny_models.gliformer import make_gliformer, model_yaml_gliformer
 from tests.tiny_models.gliner import make_gliner, model_yaml_gliner
 from tests.tiny_models.gliner2 import make_gliner2, model_yaml_gliner2
 from tests.tiny_models.gliner_bi import make_gliner_bi, model_yaml_gliner_bi
@@ -22,6 +23,7 @@ from tests.tiny_models.gliner_relex import make_gliner_relex, model_yaml_gliner_
 from tests.tiny_models.gliner_union import make_gliner_union, model_yaml_gliner_union
 from tests.tiny_models.glirel import make_glirel, model_yaml_glirel
 from tests.tiny_models.hybrid import make_hybrid, model_yaml_hybrid
+from tests.tiny_models.laya import make_laya, model_yaml_laya
 from tests.tiny_models.nli import make_nli, model_yaml_nli
 from tests.tiny_models.splade import make_splade, model_yaml_splade
 from tests.tiny_models.token_classification import (
@@ -41,6 +43,8 @@ GLINER_BI = "tiny/gliner-bi"
 GLINER_RELEX = "tiny/gliner-relex"
 GLINER_UNION = "tiny/gliner-union"
 GLIREL = "tiny/glirel"
+GLIFORMER = "tiny/gliformer"
+LAYA = "tiny/laya"
 NLI = "tiny/nli"
 DENSE = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -58,6 +62,8 @@ BUILDERS: dict[str, Builder] = {
     GLINER_RELEX: (make_gliner_relex, model_yaml_gliner_relex),
     GLINER_UNION: (make_gliner_union, model_yaml_gliner_union),
     GLIREL: (make_glirel, model_yaml_glirel),
+    GLIFORMER: (make_gliformer, model_yaml_gliformer),
+    LAYA: (make_laya, model_yaml_laya),
     NLI: (make_nli, model_yaml_nli),
 }
 
