@@ -50,7 +50,7 @@ class GliformerAdapter(Adapter):
     def load(
         cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
     ) -> GliformerAdapter:
-        gliformer = _import_gliformer()
+        gliformer = import_gliformer()
         torch_device = torch.device(device)
         dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
         with warnings.catch_warnings():  # the package's advisory notices about marker tokens
@@ -129,7 +129,7 @@ def _names(count: int) -> list[str]:
     return [f"label{i}" for i in range(count)]
 
 
-def _import_gliformer() -> Any:
+def import_gliformer() -> Any:
     """Import gliformer, then undo its AutoModel registration for transformers' own Qwen3 configs.
 
     The package makes its bidirectional Qwen3 the AutoModel of the built-in Qwen3Config process-wide;
