@@ -24,7 +24,15 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from sie.errors import InvalidInput
-from sie.frontend.gliner import WORD_PATTERN, Span, entity_of, load_tokenizer, unique_labels, words_mask
+from sie.frontend.gliner import (
+    WORD_PATTERN,
+    Span,
+    entity_of,
+    greedy,
+    load_tokenizer,
+    unique_labels,
+    words_mask,
+)
 from sie.frontend.tokenize import Encoded
 from sie.model_config import resolve_weights_dir
 
@@ -184,23 +192,3 @@ def bio_spans(probs: np.ndarray, threshold: np.float32) -> list[Span]:
                 parts.append(np.float32(1.0) - inside[ed + 1, label])
             spans.append(Span(int(st), int(ed), int(label), float(min(parts))))
     return spans
-
-
-def greedy(candidates: list[Span], flat_ner: bool, multi_label: bool) -> list[Span]:
-    """Best score first (stable on ties), skipping conflicts; then sorted by first word."""
-    chosen: list[Span] = []
-    for span in sorted(candidates, key=lambda s: -s.score):
-        if not any(_conflicts(span, other, flat_ner, multi_label) for other in chosen):
-            chosen.append(span)
-    chosen.sort(key=lambda s: s.start)
-    return chosen
-
-
-def _conflicts(a: Span, b: Span, flat_ner: bool, multi_label: bool) -> bool:
-    if (a.start, a.end) == (b.start, b.end):
-        return not multi_label
-    apart = a.start > b.end or b.start > a.end
-    if flat_ner:
-        return not apart
-    nested = (a.start <= b.start and a.end >= b.end) or (b.start <= a.start and b.end >= a.end)
-    return not (apart or nested)

@@ -284,10 +284,10 @@ def decode_spans(
         Span(int(s), int(s + w), int(c), float(p))
         for s, w, c, p in zip(starts, widths, classes, probs[starts, widths, classes], strict=True)
     ]
-    return _greedy(candidates, flat_ner, multi_label)
+    return greedy(candidates, flat_ner, multi_label)
 
 
-def _greedy(candidates: list[Span], flat_ner: bool, multi_label: bool) -> list[Span]:
+def greedy(candidates: list[Span], flat_ner: bool, multi_label: bool) -> list[Span]:
     """gliner's greedy_search: best score first (ties in span order), then sorted by start."""
     chosen: list[Span] = []
     for span in sorted(candidates, key=lambda s: -s.score):
