@@ -145,8 +145,8 @@ def image_spec(folder: Path, family: str) -> ImageSpec:
         do_center_crop=do_crop,
         rescale_factor=float(conf.get("rescale_factor", 1 / 255)) if conf.get("do_rescale", True) else 1.0,
         do_normalize=bool(conf.get("do_normalize", True)),
-        mean=_triple(conf["image_mean"]),
-        std=_triple(conf["image_std"]),
+        mean=channel_triple(conf["image_mean"]),
+        std=channel_triple(conf["image_std"]),
         longest_edge=size.get("longest_edge"),
     )
 
@@ -197,7 +197,8 @@ def _hw(value: Any) -> tuple[int, int]:
     raise MediaConfigError(f"unsupported image size {value!r}")
 
 
-def _triple(value: Any) -> tuple[float, float, float]:
+def channel_triple(value: Any) -> tuple[float, float, float]:
+    """A per-channel setting (image_mean, image_std) as three floats; one number stands for all three."""
     values = [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)] * 3
     if len(values) != 3:
         raise MediaConfigError(f"expected 3 channel values, got {value!r}")

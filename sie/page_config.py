@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sie.media_config import BICUBIC, CLIP_MEAN, CLIP_STD, HALF, ImageSpec, read_preprocessor_config
+from sie.media_config import (
+    BICUBIC,
+    CLIP_MEAN,
+    CLIP_STD,
+    HALF,
+    ImageSpec,
+    channel_triple,
+    read_preprocessor_config,
+)
 from sie.qwen_images import smart_resize
 
 # SIE's ColQwen2.5 adapter loads its processor with these bounds (in pixels: visual tokens x 28 x 28).
@@ -173,13 +181,6 @@ def _normalization(
         do_center_crop=False,
         rescale_factor=float(raw.get("rescale_factor", 1 / 255)) if raw.get("do_rescale", True) else 1.0,
         do_normalize=bool(raw.get("do_normalize", True)),
-        mean=_triple(raw.get("image_mean", defaults[0])),
-        std=_triple(raw.get("image_std", defaults[1])),
+        mean=channel_triple(raw.get("image_mean", defaults[0])),
+        std=channel_triple(raw.get("image_std", defaults[1])),
     )
-
-
-def _triple(value: Any) -> Triple:
-    values = [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)] * 3
-    if len(values) != 3:
-        raise PageConfigError(f"expected 3 channel values, got {value!r}")
-    return values[0], values[1], values[2]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sie import qwen_images
+from sie.media_config import channel_triple
 
 # SIE's image budget (the processor's min_pixels / max_pixels), whatever the folder's config says.
 MIN_PIXELS = 256 * 28 * 28
@@ -81,8 +82,8 @@ def vision_spec(folder: Path) -> VisionSpec:
         temporal_patch_size=int(
             processor.get("temporal_patch_size") or vision.get("temporal_patch_size") or 2
         ),
-        mean=_triple(processor.get("image_mean", 0.5)) if do_normalize else (0.0, 0.0, 0.0),
-        std=_triple(processor.get("image_std", 0.5)) if do_normalize else (1.0, 1.0, 1.0),
+        mean=channel_triple(processor.get("image_mean", 0.5)) if do_normalize else (0.0, 0.0, 0.0),
+        std=channel_triple(processor.get("image_std", 0.5)) if do_normalize else (1.0, 1.0, 1.0),
         rescale_factor=float(processor.get("rescale_factor", 1 / 255)) if do_rescale else 1.0,
     )
 
@@ -171,10 +172,3 @@ def _json(path: Path) -> dict[str, Any]:
         return {}
     found = json.loads(path.read_text(encoding="utf-8"))
     return found if isinstance(found, dict) else {}
-
-
-def _triple(value: Any) -> tuple[float, float, float]:
-    values = [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)] * 3
-    if len(values) != 3:
-        raise ValueError(f"expected 3 channel values, got {value!r}")
-    return values[0], values[1], values[2]

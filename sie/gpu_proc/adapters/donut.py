@@ -25,7 +25,7 @@ from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
 from sie.gpu_proc.adapters.common import HeldModel, load_model
 from sie.gpu_proc.outputs import Output, ragged
-from sie.media_config import ImageSpec
+from sie.media_config import ImageSpec, channel_triple
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
@@ -128,11 +128,6 @@ def pixel_spec(processor: Any) -> ImageSpec:
         do_center_crop=False,
         rescale_factor=float(processor.rescale_factor) if processor.do_rescale else 1.0,
         do_normalize=bool(processor.do_normalize),
-        mean=_triple(processor.image_mean),
-        std=_triple(processor.image_std),
+        mean=channel_triple(processor.image_mean),
+        std=channel_triple(processor.image_std),
     )
-
-
-def _triple(value: Any) -> tuple[float, float, float]:
-    values = [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)] * 3
-    return values[0], values[1], values[2]
