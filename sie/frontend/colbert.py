@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from sie.frontend.model_files import read_json_object
+from sie.frontend.model_files import read_json_object, tokenizer_settings
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions, resolve_weights_dir
 
@@ -133,10 +133,7 @@ def _folder_settings(folder: Path) -> dict[str, Any]:
 
 def _expansion_token(folder: Path) -> str | None:
     """The tokenizer's mask token, else its eos, else its pad token (PyLate's order)."""
-    tokens = {
-        **read_json_object(folder / "special_tokens_map.json"),
-        **read_json_object(folder / "tokenizer_config.json"),
-    }
+    tokens = tokenizer_settings(folder)
     for key in ("mask_token", "eos_token", "pad_token"):
         value = tokens.get(key)
         if isinstance(value, dict):

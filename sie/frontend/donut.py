@@ -25,7 +25,7 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 
 from sie.errors import InvalidInput
 from sie.frontend.detokenize import clean_up_tokenization
-from sie.frontend.model_files import read_json_object
+from sie.frontend.model_files import read_json_object, tokenizer_settings
 
 DOCVQA = "<s_docvqa>"
 _XLM_ROBERTA = frozenset({"XLMRobertaTokenizer", "XLMRobertaTokenizerFast"})
@@ -55,7 +55,7 @@ class DonutText:
         tokenizer = Tokenizer.from_file(str(tokenizer_json))
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        tokenizer_config = _tokenizer_config(tokenizer_json.parent)
+        tokenizer_config = tokenizer_settings(tokenizer_json.parent)
         if tokenizer_config.get("tokenizer_class") in _XLM_ROBERTA:
             _as_transformers_xlm_roberta(tokenizer, tokenizer_json, tokenizer_config)
         decoder = read_json_object(folder / "config.json").get("decoder") or {}
@@ -87,14 +87,6 @@ class DonutText:
             text = clean_up_tokenization(text)
         text = text.replace(self.eos, "").replace(self.pad, "")
         return _FIRST_TAG.sub("", text, count=1).strip()
-
-
-def _tokenizer_config(folder: Path) -> dict[str, Any]:
-    """tokenizer_config.json over special_tokens_map.json, as transformers merges them."""
-    return {
-        **read_json_object(folder / "special_tokens_map.json"),
-        **read_json_object(folder / "tokenizer_config.json"),
-    }
 
 
 def _token_text(value: Any, default: str) -> str:

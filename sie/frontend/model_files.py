@@ -17,3 +17,11 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except ValueError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
     return found if isinstance(found, dict) else {}
+
+
+def tokenizer_settings(folder: Path) -> dict[str, Any]:
+    """tokenizer_config.json over special_tokens_map.json (special tokens, cleanup flags)."""
+    return {
+        **read_json_object(folder / "special_tokens_map.json"),
+        **read_json_object(folder / "tokenizer_config.json"),
+    }
