@@ -8,8 +8,9 @@
 2. Runs the tests marked `gpu` (skipped without CUDA) and keeps their summary.
 3. For each model and precision: the raw batched forward in-process (scripts/gpu/raw_forward.py),
    then sie over HTTP (one server, every model preloaded) at each client count, one item per
-   request (10-40-word texts; 640x480 JPEGs for CLIP), with the GPU's busy share sampled from
-   NVML while the clients run (`utilization.gpu`: the time a kernel was running).
+   request (10-40-word texts; 640x480 JPEGs for CLIP; for the reranker a query and 8 documents,
+   items being pairs), with the GPU's busy share sampled from NVML while the clients run
+   (`utilization.gpu`: the time a kernel was running).
 4. Writes one JSON object to `--out`: per model, raw items/s and single-forward ms, and per
    client count sie's items/s, p50/p99 ms and GPU busy %; `vs_raw` is sie's items/s at the most
    clients over the raw forward's, `single_over_raw_ms` one client's p50 less the raw single.
@@ -44,7 +45,9 @@ import msgpack  # noqa: E402
 from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts, percentile, run_load  # noqa: E402
 from build_models import build, default_tokenizer_dir  # noqa: E402
-from raw_forward import measure_images, measure_text, release_memory  # noqa: E402
+from raw_forward import measure_images, measure_score, measure_text, release_memory  # noqa: E402
+
+PAIRS_PER_REQUEST = 8  # a reranker request: one query and eight documents
 
 
 class GpuBusy:
@@ -105,10 +108,14 @@ def run_tests(cpu: bool) -> dict[str, Any]:
     return {"returncode": done.returncode, "summary": lines[-1] if lines else done.stderr[-500:], "cpu": cpu}
 
 
-def load(url: str, model: str, bodies: list[bytes], fmt: str, clients: int, seconds: float) -> dict[str, Any]:
+def load(
+    url: str, spec: dict[str, Any], bodies: list[bytes], fmt: str, clients: int, seconds: float
+) -> dict[str, Any]:
+    scoring = spec["kind"] == "score"
     args = argparse.Namespace(
-        task="encode", model=model, format=fmt, requests=None, duration_s=seconds, warmup=2 * clients,
-        scrape_every_s=None, client="raw", concurrency=clients, items_per_request=1,
+        task="score" if scoring else "encode", model=spec["id"], format=fmt, requests=None,
+        duration_s=seconds, warmup=2 * clients, scrape_every_s=None, client="raw", concurrency=clients,
+        items_per_request=PAIRS_PER_REQUEST if scoring else 1,
     )  # fmt: skip
     started = time.process_time()
     stats, elapsed = asyncio.run(run_load(url, args, bodies))
@@ -122,11 +129,32 @@ def load(url: str, model: str, bodies: list[bytes], fmt: str, clients: int, seco
 
 
 def bodies_for(spec: dict[str, Any], texts: list[str], images: list[bytes]) -> tuple[list[bytes], str]:
+    if spec["kind"] == "score":
+        return [
+            json.dumps({"query": {"text": query}, "items": [{"text": doc} for doc in docs]}).encode()
+            for query, docs in _rerank_requests(texts)
+        ], "json"
     if spec["kind"] == "image":
         return [
             msgpack.packb({"items": [{"images": [{"data": data}]}]}, use_bin_type=True) for data in images
         ], "msgpack"
     return [json.dumps({"items": [{"text": text}]}).encode() for text in texts], "json"
+
+
+def _rerank_requests(texts: list[str]) -> list[tuple[str, list[str]]]:
+    """One query (a text's first eight words) and the next eight texts as its documents, per request."""
+    step = PAIRS_PER_REQUEST + 1
+    starts = range(0, len(texts) - step + 1, step)
+    return [(" ".join(texts[i].split()[:8]), texts[i + 1 : i + step]) for i in starts]
+
+
+def _raw(spec: dict[str, Any], texts: list[str], images: list[bytes], device: str) -> dict[str, Any]:
+    if spec["kind"] == "image":
+        return measure_images(spec, images, device, 64)
+    if spec["kind"] == "score":
+        pairs = [(query, doc) for query, docs in _rerank_requests(texts) for doc in docs]
+        return measure_score(spec, pairs, device, 32)
+    return measure_text(spec, texts, device, 64)
 
 
 def main() -> int:
@@ -164,11 +192,15 @@ def main() -> int:
     report["texts"] = source
     busy = GpuBusy()
     report["gpu"] = busy.name
+    report["models"] = specs
     for spec in specs:
-        measure = measure_images if spec["kind"] == "image" else measure_text
-        spec["raw"] = measure(spec, images if spec["kind"] == "image" else texts, device, 64)
+        try:
+            spec["raw"] = _raw(spec, texts, images, device)
+        except Exception as error:  # one model's failure must not cost the others' figures
+            spec["raw_error"] = repr(error)
         release_memory()
-        print(f"raw {spec['id']}: {spec['raw']}", flush=True)
+        print(f"raw {spec['id']}: {spec.get('raw') or spec.get('raw_error')}", flush=True)
+        _write(args.out, report)
     extra = [
         "--device",
         device,
@@ -184,24 +216,33 @@ def main() -> int:
             bodies, fmt = bodies_for(spec, texts, images)
             spec["sie"] = {}
             for clients in (int(c) for c in args.clients.split(",")):
-                run = functools.partial(load, url, spec["id"], bodies, fmt, clients, args.seconds)
+                run = functools.partial(load, url, spec, bodies, fmt, clients, args.seconds)
                 result, gpu_busy = busy.during(run)
                 result["gpu_busy_percent"] = gpu_busy
                 spec["sie"][str(clients)] = result
                 print(f"sie {spec['id']} x{clients}: {result}", flush=True)
             _compare(spec)
+            _write(args.out, report)
     finally:
         stop_server(process)
+        shutil.copy(log_path, args.out.parent / "gpu-kit-server.log")  # it comes back with the JSON
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)  # a fresh temporary folder: the models go with it
-    report["models"] = specs
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    report["total_s"] = round(time.monotonic() - started, 1)
+    _write(args.out, report)
     print(json.dumps(report))
     return 0
 
 
+def _write(out: Path, report: dict[str, Any]) -> None:
+    """After every model, so a run cut short still brings back what it measured."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+
+
 def _compare(spec: dict[str, Any]) -> None:
+    if "raw" not in spec:
+        return
     levels = sorted(spec["sie"], key=int)
     most, one = spec["sie"][levels[-1]], spec["sie"].get("1")
     spec["vs_raw"] = round(most["items_per_s"] / spec["raw"]["raw_items_per_s"], 3)

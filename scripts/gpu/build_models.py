@@ -4,8 +4,9 @@
 
 Writes OUT_DIR/<name>/ (config.json, model.safetensors, tokenizer files) and OUT_DIR/models/ with
 one YAML per model and compute precision (`gpu/<name>.<precision>`), and prints a JSON list of the
-models. The shapes are those of all-MiniLM-L6-v2, bge-base-en-v1.5, Qwen3-Embedding-0.6B and CLIP
-ViT-B/32; `--tiny` keeps the architectures at a few thousand parameters (the CPU rehearsal).
+models. The shapes are those of all-MiniLM-L6-v2, bge-base-en-v1.5, Qwen3-Embedding-0.6B, CLIP
+ViT-B/32 and Qwen3-Reranker-0.6B (Qwen3-0.6B's causal LM, scored from its yes/no logits);
+`--tiny` keeps the architectures at a few thousand parameters (the CPU rehearsal).
 
 Text models share all-MiniLM-L6-v2's WordPiece tokenizer (its files are a few hundred KiB and
 travel with the kit; the Qwen3 BPE's 11 MB do not), so token counts are a WordPiece's: close to the
@@ -43,6 +44,9 @@ QWEN3_06B = {
     "head_dim": 128,
     "intermediate_size": 3072,
 }
+# Qwen3-Reranker-0.6B's options in SIE's catalog; "yes" and "no" are single WordPiece tokens too.
+RERANKER_LOADTIME = {"yes_token": "yes", "no_token": "no", "score_mode": "log_softmax"}
+RERANKER_RUNTIME = {"input_format": "qwen3"}
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 TINY_QWEN3 = {**TINY, "num_key_value_heads": 2, "head_dim": 8}
 
@@ -77,15 +81,33 @@ def build_text(folder: Path, spec: dict[str, Any], tokenizer_dir: Path, device: 
     if spec["arch"] == "bert":
         config: Any = transformers.BertConfig(vocab_size=30522, max_position_embeddings=512, **spec["config"])
     else:
-        config = transformers.Qwen3Config(
-            vocab_size=151669, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-            tie_word_embeddings=True, eos_token_id=151643, pad_token_id=151643, **spec["config"],
-        )  # fmt: skip
+        config = _qwen3_config(spec["config"])
     _save(transformers.AutoModel, config, folder, device)
+    _copy_tokenizer(tokenizer_dir, folder)
+    return int(config.hidden_size)
+
+
+def build_reranker(folder: Path, tiny: bool, tokenizer_dir: Path, device: str) -> None:
+    """Qwen3-Reranker-0.6B's shape: Qwen3-0.6B's causal LM, scored from its yes/no logits."""
+    import transformers
+
+    _save(transformers.AutoModelForCausalLM, _qwen3_config(TINY_QWEN3 if tiny else QWEN3_06B), folder, device)
+    _copy_tokenizer(tokenizer_dir, folder)
+
+
+def _qwen3_config(shape: dict[str, Any]) -> Any:
+    import transformers
+
+    return transformers.Qwen3Config(
+        vocab_size=151669, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, eos_token_id=151643, pad_token_id=151643, **shape,
+    )  # fmt: skip
+
+
+def _copy_tokenizer(tokenizer_dir: Path, folder: Path) -> None:
     for name in TOKENIZER_FILES:
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, folder / name)
-    return int(config.hidden_size)
 
 
 def build_clip(folder: Path, tiny: bool, device: str) -> int:
@@ -157,6 +179,9 @@ def build(out: Path, tiny: bool, device: str, tokenizer_dir: Path) -> list[dict[
         built += _yamls(
             models_dir, name, out / name, "dense", dim, spec["max_length"], runtime, precisions, "text"
         )
+    build_reranker(out / "qwen3-reranker-0.6b", tiny, tokenizer_dir, device)
+    built += _yamls(models_dir, "qwen3-reranker-0.6b", out / "qwen3-reranker-0.6b", "llm_reranker", 0, 8192,
+                    RERANKER_RUNTIME, precisions, "score", loadtime=RERANKER_LOADTIME)  # fmt: skip
     dim = build_clip(out / "clip-vit-b32", tiny, device)
     built += _yamls(models_dir, "clip-vit-b32", out / "clip-vit-b32", "clip", dim, 77, {"normalize": True},
                     precisions, "image")  # fmt: skip
@@ -173,22 +198,21 @@ def _yamls(
     runtime: dict[str, Any],
     precisions: list[str],
     kind: str,
+    loadtime: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     made = []
+    tasks = {"score": {}} if kind == "score" else {"encode": {"dense": {"dim": dim}}}
+    options: dict[str, Any] = {"runtime": runtime, **({"loadtime": loadtime} if loadtime else {})}
     for precision in precisions:
         sie_id = f"gpu/{name}.{precision}"
         body = {
             "sie_id": sie_id,
             "weights": {"path": str(folder)},
             "inputs": {"text": True, "image": kind == "image"},
-            "tasks": {"encode": {"dense": {"dim": dim}}},
+            "tasks": tasks,
             "max_sequence_length": max_length,
             "profiles": {
-                "default": {
-                    "adapter": family,
-                    "compute_precision": precision,
-                    "adapter_options": {"runtime": runtime},
-                }
+                "default": {"adapter": family, "compute_precision": precision, "adapter_options": options}
             },
         }
         (models_dir / f"{name}.{precision}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))

@@ -78,6 +78,47 @@ def measure_text(spec: dict[str, Any], texts: list[str], device_name: str, batch
     return result  # the model goes with `forward`; the caller releases the cache (release_memory)
 
 
+def measure_score(
+    spec: dict[str, Any], pairs: list[tuple[str, str]], device_name: str, batch_size: int
+) -> dict[str, Any]:
+    """An LLM reranker as its model card runs it: each pair in Qwen3-Reranker's prompt, left-padded
+    batches through AutoModelForCausalLM keeping the last position's logits, log-softmax of no/yes."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer
+
+    from sie.frontend.llm_prompts import QWEN3_DEFAULT_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
+
+    transformers.utils.logging.disable_progress_bar()
+    device = torch.device(device_name)
+    folder = Path(spec["folder"])
+    dtype = _dtype(spec["precision"], device)
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    head = f"{QWEN3_PREFIX}<Instruct>: {QWEN3_DEFAULT_INSTRUCTION}\n"
+    prompts = [f"{head}<Query>: {query}\n<Document>: {doc}{QWEN3_SUFFIX}" for query, doc in pairs]
+    rows = sorted((e.ids for e in tokenizer.encode_batch(prompts, add_special_tokens=False)), key=len)
+    yes, no = (tokenizer.encode(word, add_special_tokens=False).ids[0] for word in ("yes", "no"))
+
+    def forward(batch: list[list[int]]) -> Any:
+        width = max(len(row) for row in batch)
+        ids = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for index, row in enumerate(batch):  # left padding: every row's last token is the last position
+            ids[index, width - len(row) :] = torch.tensor(row)
+            mask[index, width - len(row) :] = 1
+        ids, mask = ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+        return torch.log_softmax(logits[:, -1, [no, yes]].float(), dim=-1)[:, 1].cpu()
+
+    result = _time(forward, rows, batch_size, device)
+    result["raw_mean_tokens"] = round(sum(len(row) for row in rows) / len(rows), 1)
+    return result
+
+
 def measure_images(
     spec: dict[str, Any], images: list[bytes], device_name: str, batch_size: int
 ) -> dict[str, Any]:
