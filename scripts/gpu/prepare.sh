@@ -8,14 +8,14 @@
 # uvloop, tokenizers, pillow, numba, scipy, prometheus-client, pyyaml, peft and pytest; what sie
 # needs beside them is fetched here as CPython 3.12 manylinux wheels, at the versions this checkout's
 # .venv runs (so both machines run the same code), with no dependencies pulled in (each one is
-# named). MiniLM's tokenizer files go along too: the kit's text models tokenize with them.
+# named; py-spy is diagnose.py's sampler). MiniLM's tokenizer files go along too: the kit's text models tokenize with them.
 # SIE_GPU_EXTRA_WHEELS="name==version ..." adds more (a transformers matching .venv's, say).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=.gpu-wheels
 LIMIT_BYTES=$((48 << 20))  # a device call carries 64 MiB with the working tree
 PY=.venv/bin/python
-PACKAGES=(starlette hypercorn h2 hpack hyperframe priority wsproto posix_ipc msgspec simplejpeg soxr soundfile cffi pycparser python-multipart)
+PACKAGES=(starlette hypercorn h2 hpack hyperframe priority wsproto posix_ipc msgspec simplejpeg soxr soundfile cffi pycparser python-multipart py-spy)
 
 rm -rf "$KIT" && mkdir -p "$KIT/tokenizer"
 specs=()

@@ -19,6 +19,12 @@ WARMUP_BATCHES = 3
 SINGLES = 30
 
 
+def _kernels_as_sie() -> None:
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)  # as sie's device does: no per-shape cuDNN graphs
+
+
 def _sync(device: Any) -> None:
     import torch
 
@@ -40,6 +46,7 @@ def measure_text(spec: dict[str, Any], texts: list[str], device_name: str, batch
     from tokenizers import Tokenizer
 
     transformers.utils.logging.disable_progress_bar()  # a bar per load is noise in the kit's log
+    _kernels_as_sie()
 
     device = torch.device(device_name)
     folder = Path(spec["folder"])
@@ -90,6 +97,7 @@ def measure_score(
     from sie.frontend.llm_prompts import QWEN3_DEFAULT_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
 
     transformers.utils.logging.disable_progress_bar()
+    _kernels_as_sie()
     device = torch.device(device_name)
     folder = Path(spec["folder"])
     dtype = _dtype(spec["precision"], device)
@@ -127,6 +135,7 @@ def measure_images(
     from PIL import Image
 
     transformers.utils.logging.disable_progress_bar()
+    _kernels_as_sie()
     device = torch.device(device_name)
     folder = Path(spec["folder"])
     dtype = _dtype(spec["precision"], device)

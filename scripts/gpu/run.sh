@@ -8,6 +8,8 @@
 # to $OUT/gpu-kit.json (scripts/gpu/bench_gpu.py says what is in it). `--cpu` runs the same steps
 # here on the CPU with tiny models and this checkout's .venv, so the kit is tested before a GPU
 # comes. Other arguments go to bench_gpu.py (--seconds, --clients, --frontends, --skip-tests).
+# `--diagnose` (after `--cpu`, if any) runs scripts/gpu/diagnose.py instead: launch cost, metrics
+# and py-spy stacks of every sie process under load, into $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -22,9 +24,13 @@ else
   PY=python3
   [[ -d .gpu-wheels ]] || { echo "no .gpu-wheels/: run scripts/gpu/prepare.sh first and carry it" >&2; exit 1; }
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/sie-site .gpu-wheels/*.whl
-  export PYTHONPATH="/tmp/sie-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="/tmp/sie-site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/sie-site/bin:$PATH"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 fi
 "$PY" -c "import sie, starlette, hypercorn, posix_ipc, msgspec, torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 set -o pipefail
+if [[ "${1:-}" == "--diagnose" ]]; then
+  shift
+  exec "$PY" scripts/gpu/diagnose.py --out "$OUT" "${args[@]}" "$@"
+fi
 "$PY" scripts/gpu/bench_gpu.py --out "$OUT/gpu-kit.json" "${args[@]}" "$@" 2>&1 | tee "$OUT/gpu-kit.log"

@@ -28,6 +28,10 @@ def configure_attention(requested: str) -> None:
     if requested != "auto" and requested not in BACKENDS:
         raise ValueError(f"unknown attention backend {requested!r}")
     AttentionChoice.requested = requested
+    # PyTorch's SDPA picks cuDNN first on Hopper, and cuDNN builds a graph for every new shape:
+    # about 40 ms each on an H200, and a server's batches change shape all the time (lengths and
+    # sizes). Flash and memory-efficient attention take any shape at no such cost.
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def flash_available() -> bool:

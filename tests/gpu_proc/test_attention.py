@@ -55,6 +55,14 @@ def test_resolution_falls_back_as_sie_does(
     assert attention.resolve(requested, dtype, on_cuda) == expected
 
 
+def test_the_device_never_builds_cudnn_attention_graphs() -> None:
+    # cuDNN's SDPA builds a graph per new shape (about 40 ms on an H200); a server's shapes vary.
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    attention.configure_attention("auto")
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+
+
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown attention backend"):
         attention.configure_attention("magic")
