@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sie.model_config import hf_snapshot
+from sie.model_config import ModelConfig, hf_snapshot
 
 MEMBER_KEYS = frozenset({"model", "revision", "path", "options"})
 # SIE's GLiNERAdapter options a member may set, and SIE's engine tuning that changes no result.
@@ -78,6 +78,19 @@ def parse_members(raw: Any) -> list[Member]:
     if not isinstance(raw, list) or not raw:
         raise ValueError("a GLiNER union needs at least one other member in loadtime.members")
     return [_member(spec) for spec in raw]
+
+
+def member_repositories(config: ModelConfig, weights_dir: Path) -> dict[str, str | None]:
+    """The members' Hub checkpoints over all profiles, at their pinned revisions (the family's
+    companions); a profile whose members are malformed names none, its load says why."""
+    found: dict[str, str | None] = {}
+    for profile in config.profiles.values():
+        try:
+            members = parse_members(profile.adapter_options.loadtime.get("members"))
+        except ValueError:
+            continue
+        found.update({member.model: member.revision for member in members if member.model is not None})
+    return found
 
 
 def _member(spec: Any) -> Member:

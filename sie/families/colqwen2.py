@@ -12,4 +12,5 @@ FAMILY = Family(
     encode_runner="sie.frontend.colqwen2:embed",
     # Unused: its pages are sized by its own recipe (sie.page_config), never by media_config.
     media_kind="own",  # each page resized to its own patch grid (sie.page_config)
+    companions="sie.companions:lora_base_repository",
 )

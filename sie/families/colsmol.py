@@ -12,4 +12,5 @@ FAMILY = Family(
     encode_runner="sie.frontend.colsmol:embed",
     # Unused: its pages are sized by its own recipe (sie.page_config), never by media_config.
     media_kind="own",  # pages cut into tiles plus a global view (sie.page_config)
+    companions="sie.companions:lora_base_repository",
 )

@@ -65,6 +65,9 @@ class Family:
     # The checkpoint file whose `model_name` names the encoder whose tokenizer the family reads
     # (GLiREL's glirel_config.json): that encoder is one of the model's tokenizer repositories.
     tokenizer_from_encoder: str | None = None
+    # "module:function" (config, weights_dir) -> {hub id: revision}: other checkpoints its adapter
+    # loads (a union's members, a LoRA's base), copied from a cluster cache with the model's own.
+    companions: str | None = None
 
     @property
     def serves_extract(self) -> bool:

@@ -1,6 +1,6 @@
-"""A model's weights folder for a load, with a cluster cache configured: the local Hugging Face
-cache, else a copy of the snapshot from the cluster cache into it, else (only with --hf-fallback)
-the Hub.
+"""A model's weights folder for a load, and the other checkpoints it reads (sie.companions), with a
+cluster cache configured: each from the local Hugging Face cache, else a copy of the snapshot from
+the cluster cache into it, else (only with --hf-fallback) the Hub.
 
 Runs on the device's loader thread, so the model reads LOADING (503 MODEL_LOADING with Retry-After)
 for as long as a copy takes, and other models keep serving. The model's lock is held shared while
@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from sie.companions import companion_repositories
 from sie.gpu_proc.cluster_cache import ClusterCache
 from sie.gpu_proc.disk_cache import DiskCache
 from sie.gpu_proc.hf_cache import RepoLock, repo_folder, touch
@@ -70,7 +71,12 @@ class WeightsSource:
             with local_weights(config) as folder:
                 yield folder
             return
-        with self._held(config.hf_id, config.hf_revision) as folder:
+        with contextlib.ExitStack() as held:
+            folder = held.enter_context(self._held(config.hf_id, config.hf_revision))
+            # The other checkpoints its adapter reads (a union's members, a LoRA's base), held as
+            # long as its own; one that cannot be had fails the load, naming it.
+            for hf_id, revision in companion_repositories(config, folder).items():
+                held.enter_context(self._held(hf_id, revision))
             # Even beside the folder's own tokenizer.json: a GLiNER bi-encoder's labels tokenizer.
             self._fetch_tokenizers(config, folder)
             convert_tokenizers(config, folder)
@@ -133,6 +139,19 @@ class WeightsSource:
         )
 
 
+def _local_companions(config: ModelConfig) -> list[str]:
+    """The companions of a model whose own snapshot is in the local cache (a busy model's is)."""
+    if not config.hf_id or config.weights.path or config.weights.package:
+        return []
+    folder = local_snapshot(config.hf_id, config.hf_revision, hf_hub_cache())
+    if folder is None:
+        return []
+    try:
+        return list(companion_repositories(config, folder))
+    except ModelConfigError:
+        return []
+
+
 def _store_error(url: str, exc: Exception) -> ModelConfigError:
     return ModelConfigError(f"the cluster cache {url} could not be read: {type(exc).__name__}: {exc}")
 
@@ -159,7 +178,8 @@ def cluster_weights(
         for slot in busy:
             config = models[slot]
             names = [config.hf_id] if config.hf_id else []
-            repos.update(repo_folder(name) for name in (*names, *config.hf_tokenizer_dependencies))
+            names += [*config.hf_tokenizer_dependencies, *_local_companions(config)]
+            repos.update(repo_folder(name) for name in names)
         return repos
 
     def disk(cache: Path) -> DiskCache:

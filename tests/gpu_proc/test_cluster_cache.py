@@ -268,3 +268,34 @@ def test_a_models_tokenizer_repositories_come_with_it_beside_its_own_tokenizer(
         pass
     folder = local_snapshot("org/labels", commit, cache)
     assert folder is not None and same_files(labels, folder)
+
+
+def test_a_models_companion_checkpoints_come_from_the_cluster_cache_with_it(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A GLiNER union's second member and a ColQwen LoRA's base are Hub checkpoints of their own.
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    folders = {name: model_folder(tmp_path / name) for name in ("union", "member", "lora", "base")}
+    (folders["lora"] / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/base"}))
+    commits = {name: store.upload(f"org/{name}", folder) for name, folder in folders.items()}
+    weights = WeightsSource(
+        ClusterCache(store.url), lambda root: DiskCache(root, enabled=False), set, hub_allowed=False
+    )
+
+    def union_config(member_id: str) -> Any:
+        loadtime = {"members": [{"model": member_id, "revision": commits["member"]}]}
+        profile = {"adapter": "gliner_union", "adapter_options": {"loadtime": loadtime}}
+        return parse_model_config({"sie_id": "u", "hf_id": "org/union", "profiles": {"default": profile}})
+
+    with weights.open(union_config("org/member")):
+        copied = local_snapshot("org/member", commits["member"], cache)
+        assert copied is not None and same_files(folders["member"], copied)
+    with weights.open(parse_model_config({"sie_id": "c", "hf_id": "org/lora", "adapter": "colqwen2"})):
+        copied = local_snapshot("org/base", None, cache)
+        assert copied is not None and same_files(folders["base"], copied)
+    with (
+        pytest.raises(ModelConfigError, match=r"'org/absent' .* in neither the local cache"),
+        weights.open(union_config("org/absent")),
+    ):
+        pass

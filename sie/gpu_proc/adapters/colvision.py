@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sie.companions import lora_base
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
 from sie.gpu_proc.adapters.common import HeldModel, from_pretrained, tensor_bytes, token_rows_output
@@ -47,15 +48,10 @@ def base_folder(weights_dir: Path) -> Path:
     """The full checkpoint a LoRA folder adapts (a folder, else a Hub id in the local cache, at its
     default branch as SIE loads it; downloaded only with --hf-fallback); the folder itself without
     adapter_config.json."""
-    config_path = weights_dir / "adapter_config.json"
-    if not config_path.is_file():
+    base = lora_base(weights_dir)
+    if base is None:
         return weights_dir
-    base = str(json.loads(config_path.read_text()).get("base_model_name_or_path") or "")
-    if not base:
-        raise ModelConfigError(f"{config_path} names no base_model_name_or_path")
-    local = Path(base).expanduser()
-    local = local if local.is_absolute() else weights_dir / local
-    return local if local.is_dir() else hf_snapshot(base, None)
+    return base if isinstance(base, Path) else hf_snapshot(base, None)
 
 
 def rename(key: str, mapping: KeyMapping) -> str:

@@ -80,14 +80,10 @@ def fetch_code_repositories(weights_dir: Path, revision: str) -> None:
     """The repositories a folder's `auto_map` takes code from (`org/code--module.Class`), at the
     pinned revision, in the local Hugging Face cache: found there, or downloaded with --hf-fallback,
     or a ModelConfigError that says how to put them there."""
+    from sie.companions import code_repositories
     from sie.model_config import hf_snapshot
 
-    try:
-        auto_map = json.loads((weights_dir / "config.json").read_text()).get("auto_map") or {}
-    except (OSError, ValueError):
-        return
-    references = [v for value in auto_map.values() for v in (value if isinstance(value, list) else [value])]
-    for repo in sorted({str(ref).split("--")[0] for ref in references if ref and "--" in str(ref)}):
+    for repo in sorted(code_repositories(weights_dir, revision)):
         hf_snapshot(repo, revision)
 
 
