@@ -223,6 +223,11 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         spec = FAMILIES.get(self.family)
         return spec.inputs if spec is not None else ("text",)
 
+    def takes_state_items(self) -> bool:
+        """Whether an extract item may carry `metadata.state` in place of text (its family says)."""
+        spec = FAMILIES.get(self.family)
+        return spec is not None and spec.state_items
+
     def dense_dim(self) -> int | None:
         encode = self.tasks.encode
         return encode.dense.dim if encode and encode.dense else None

@@ -6,4 +6,5 @@ FAMILY = Family(
     name="laya",
     adapter="sie.gpu_proc.adapters.laya:LayaAdapter",
     extract_runner="sie.frontend.tasks.extract_laya:run_laya",
+    state_items=True,
 )

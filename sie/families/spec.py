@@ -68,6 +68,9 @@ class Family:
     # "module:function" (config, weights_dir) -> {hub id: revision}: other checkpoints its adapter
     # loads (a union's members, a LoRA's base), copied from a cluster cache with the model's own.
     companions: str | None = None
+    # An extract item may carry its input as `metadata.state` (a string, object or list) instead of
+    # text; the family's own runner reads and checks it (Laya's structured states).
+    state_items: bool = False
 
     @property
     def serves_extract(self) -> bool:

@@ -221,12 +221,20 @@ def validate_items(
     model: str,
     inputs: tuple[str, ...] = ("text",),
     max_text_bytes: int = MAX_TEXT_BYTES,
+    state_items: bool = False,
 ) -> None:
     """Every item carries an input the model takes (text, within the size limit, for the text
-    families); at least one item."""
+    families; or `metadata.state` where the family reads one); at least one item."""
     if not items:
         raise InvalidInput("items must not be empty")
     for index, item in enumerate(items):
+        if (
+            state_items
+            and modality_of(item) is None
+            and item.video is None
+            and "state" in (item.metadata or {})
+        ):
+            continue  # the family's runner reads and checks the state
         _check_item(index, item, model, inputs, max_text_bytes)
 
 

@@ -18,6 +18,7 @@ from sie.frontend.wire import (
     is_msgpack,
     modality_of,
     validate_encode,
+    validate_items,
     wants_json,
 )
 
@@ -265,3 +266,14 @@ def test_frontend_modules_never_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_state_item_passes_only_where_the_family_reads_states() -> None:
+    items = _decode({"items": [{"text": "a"}, {"metadata": {"state": {"turns": 2}}}]}).items
+    validate_items(items, model=MODEL, state_items=True)
+    with pytest.raises(InvalidInput, match="Item 1 has no text"):
+        validate_items(items, model=MODEL)
+    image = {"data": base64.b64encode(b"\xff\xd8\xff").decode()}
+    with_image = _decode({"items": [{"images": [image], "metadata": {"state": "s"}}]}).items
+    with pytest.raises(InvalidInput, match="Item 0 has images"):
+        validate_items(with_image, model=MODEL, state_items=True)

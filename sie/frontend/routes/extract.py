@@ -26,7 +26,7 @@ async def extract_route(request: Request) -> Response:
     req = decode_body(body, request.headers.get("content-type"), ExtractRequest)
     params = req.params or ExtractParams()
     check_extraction(config, name, params.labels)
-    validate_items(req.items, model=name, inputs=config.input_kinds())
+    validate_items(req.items, model=name, inputs=config.input_kinds(), state_items=config.takes_state_items())
     options = params.options or {}
     profile = options.get("profile") if isinstance(options.get("profile"), str) else None
     target = bind(name, slot, config, profile, lora_option(options))
