@@ -5,7 +5,7 @@
 `actions.json` is a JSON list of `{"op": "encode"|"score"|"extract"|"list_models"|"get_model", ...}`;
 encode and extract actions have `model`, `items` (one item or a list) and optional `kwargs` for the
 `SIEClient` call; a score action has `model`, `query`, `items` and optional `kwargs`. Images and
-audio in items are named by file (see `materialize`).
+audio in items (and in a score's query) are named by file (see `materialize`).
 Prints one JSON list to stdout, one entry per action: `{"ok": true, "result": ..., "retries": n,
 "elapsed_s": s}` or `{"ok": false, "error": {"type", "types", "code", "status_code", "message"}}`.
 numpy arrays become `{"dtype": str, "shape": [...], "values": [...]}`.
@@ -72,7 +72,8 @@ def run_action(client: SIEClient, action: dict[str, Any]) -> Any:
     if op == "encode":
         return client.encode(action["model"], action["items"], **action.get("kwargs", {}))
     if op == "score":
-        return client.score(action["model"], action["query"], action["items"], **action.get("kwargs", {}))
+        query, items = materialize(action["query"]), materialize(action["items"])
+        return client.score(action["model"], query, items, **action.get("kwargs", {}))
     if op == "extract":
         return client.extract(action["model"], action["items"], **action.get("kwargs", {}))
     if op == "list_models":

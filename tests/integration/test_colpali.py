@@ -110,3 +110,48 @@ def test_an_oversized_page_is_a_400(media: Media) -> None:
         detail = decode(response)["detail"]
         assert detail["code"] == "INVALID_INPUT"
         assert "Item 1 image 0: image of 1001x1000 pixels is over the limit" in detail["message"]
+
+
+def test_sdk_encodes_and_scores_as_transformers(media: Media, tmp_path: Path) -> None:
+    """sie-sdk's encode (a page and a query) and score (MaxSim), one run of the real client."""
+    import torch
+    import transformers
+
+    from tests.integration.test_sdk import SDK_PYTHON, array, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, folders = media
+    files = []
+    for i, data in enumerate(IMAGES[:2]):  # jpeg and png bytes: the SDK sends them unchanged
+        files.append(tmp_path / f"page{i}")
+        files[-1].write_bytes(data)
+    pages = [{"images": [{"bytes": str(f)}]} for f in files]
+    encoded, scored = run_sdk(
+        server.url,
+        [
+            {
+                "op": "encode",
+                "model": COLPALI,
+                "items": [pages[0], {"text": QUERY}],
+                "kwargs": {"output_types": ["multivector"]},
+            },
+            {
+                "op": "score",
+                "model": COLPALI,
+                "query": {"text": QUERY},
+                "items": [{**p, "id": f"p{i}"} for i, p in enumerate(pages)],
+            },
+        ],
+    )
+    page_vectors = reference_images(folders[COLPALI], IMAGES[:2])
+    query_vectors = reference_queries(folders[COLPALI], [QUERY])[0]
+    for result, want in zip(ok(encoded), [page_vectors[0], query_vectors], strict=True):
+        got = array(result["multivector"])
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=ATOL)
+    scores = {entry["item_id"]: entry["score"] for entry in ok(scored)["scores"]}
+    want_scores = transformers.ColPaliProcessor.from_pretrained(folders[COLPALI]).score_retrieval(
+        [torch.from_numpy(query_vectors)], [torch.from_numpy(m) for m in page_vectors]
+    )[0]
+    np.testing.assert_allclose([scores["p0"], scores["p1"]], want_scores.numpy(), atol=1e-3)

@@ -161,3 +161,27 @@ def test_a_page_too_long_for_qwen_is_a_400(served: Served) -> None:
     response = encode(server.url, COLQWEN, body, as_json=False)
     assert response.status_code == 400, response.text
     assert "Item 0 image 0: an image of 2010x10 pixels" in decode(response)["detail"]["message"]
+
+
+def test_sdk_encodes_both_models_as_the_reference(served: Served, tmp_path: Path) -> None:
+    """sie-sdk's encode of a page and a query on ColQwen2.5 and on ColSmol, one run of the real client."""
+    from tests.integration.test_sdk import SDK_PYTHON, array, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, folders = served
+    file = tmp_path / "page.jpg"
+    file.write_bytes(IMAGES[0])  # encoded bytes: the SDK sends them unchanged
+    items = [{"images": [{"bytes": str(file)}]}, {"text": QUERY}]
+    kwargs = {"output_types": ["multivector"]}
+    actions = [{"op": "encode", "model": model, "items": items, "kwargs": kwargs} for model in MODELS]
+    for model, entry in zip(MODELS, run_sdk(server.url, actions), strict=True):
+        reference = REFERENCES[model]
+        want = [
+            reference.reference_images(folders[model], IMAGES[:1])[0],
+            reference.reference_queries(folders[model], [QUERY])[0],
+        ]
+        for result, theirs in zip(ok(entry), want, strict=True):
+            mine = array(result["multivector"])
+            assert mine.shape == theirs.shape, model
+            np.testing.assert_allclose(mine, theirs, atol=ATOL, err_msg=model)

@@ -175,3 +175,26 @@ def test_bad_input_is_a_400_and_the_rest_is_served(florence: Florence) -> None:
             assert [o["label"] for o in a["objects"]] == [o["label"] for o in b["objects"]]
             for box_a, box_b in zip(a["objects"], b["objects"], strict=True):
                 assert max(abs(x - y) for x, y in zip(box_a["bbox"], box_b["bbox"], strict=True)) <= 1
+
+
+def test_sdk_extract_answers_as_transformers(florence: Florence, tmp_path: Path) -> None:
+    """sie-sdk's extract of an image for OCR and for the profile's <OD>, one run of the real client."""
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, folders = florence
+    file = tmp_path / "page.jpg"
+    file.write_bytes(IMAGES[0])  # encoded bytes: the SDK sends them unchanged
+    item = {"images": [{"bytes": str(file)}]}
+    asked = [ASKED[2], ASKED[0]]  # <OCR> (a text entity), <OD> (objects with boxes)
+    actions = [{"op": "extract", "model": NATIVE, "items": item, "kwargs": params} for params, _, _ in asked]
+    processor, reference = reference_processor(folders[NATIVE]), reference_model(folders[NATIVE])
+    for entry, (_, prompt, task) in zip(run_sdk(server.url, actions), asked, strict=True):
+        ids, size = reference_generate(
+            processor, reference, IMAGES[0], prompt, max_new_tokens=MAX_NEW_TOKENS, num_beams=1
+        )
+        result = ok(entry)
+        result.setdefault("data", {})  # the SDK leaves out an empty data
+        assert_served_as_transformers(result, reference_answer(processor, ids, task, size))
+        assert result["objects"] or result["entities"][0]["text"]  # the tiny model answers something

@@ -95,3 +95,26 @@ def test_bad_input_is_a_400_and_the_rest_is_served(media: Media) -> None:
             # Float noise of another batch may move a truncated edge by a pixel.
             for box_a, box_b in zip(a["objects"], b["objects"], strict=True):
                 assert max(abs(x - y) for x, y in zip(box_a["bbox"], box_b["bbox"], strict=True)) <= 1
+
+
+def test_sdk_extract_detects_as_transformers(media: Media, tmp_path: Path) -> None:
+    """sie-sdk's extract of two images with labels and thresholds, one run of the real client."""
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, folders = media
+    files = []
+    for i, data in enumerate(IMAGES[:2]):  # encoded bytes: the SDK sends them unchanged
+        files.append(tmp_path / f"image{i}.jpg")
+        files[-1].write_bytes(data)
+    kwargs = {"labels": LABELS, "options": {"box_threshold": 0.85, "text_threshold": 0.6}}
+    items = [{"images": [{"bytes": str(f)}]} for f in files]
+    [entry] = run_sdk(
+        server.url, [{"op": "extract", "model": GROUNDING_DINO, "items": items, "kwargs": kwargs}]
+    )
+    got = ok(entry)
+    want = reference_detections(folders[GROUNDING_DINO], IMAGES[:2], LABELS, 0.85, 0.6)
+    for result, reference in zip(got, want, strict=True):
+        assert_same_detections(result["objects"], reference, LABELS)
+    assert any(result["objects"] for result in got)

@@ -201,3 +201,48 @@ def test_bad_score_requests_are_400s(lab: Lab, body: dict[str, Any], message: st
     response = post(server.url, f"/v1/score/{RERANKER}", body, as_json=True)
     assert response.status_code == 400, response.text
     assert message in response.json()["detail"]["message"]
+
+
+def test_sdk_encodes_and_scores_images_as_sies_recipe(lab: Lab, tmp_path: Path) -> None:
+    """sie-sdk's encode on the embedder and score on the reranker (an image query, an image
+    document), one run of the real client."""
+    from tests.integration.test_sdk import SDK_PYTHON, array, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, folders = lab
+    files = []
+    for i, data in enumerate(IMAGES[:3]):  # jpeg, png and webp bytes: the SDK sends them unchanged
+        files.append(str(tmp_path / f"image{i}"))
+        Path(files[-1]).write_bytes(data)
+    embed_items = [("a red square", []), (None, [IMAGES[0]]), ("cats sleep all day", [IMAGES[1]])]
+    query = ("a blue circle", IMAGES[2])
+    docs = [("cats sleep all day", None), (None, IMAGES[0])]
+    encoded, scored = run_sdk(
+        server.url,
+        [
+            {
+                "op": "encode",
+                "model": EMBEDDER,
+                "items": [
+                    {"text": "a red square"},
+                    {"images": [{"bytes": files[0]}]},
+                    {"text": "cats sleep all day", "images": [{"bytes": files[1]}]},
+                ],
+            },
+            {
+                "op": "score",
+                "model": RERANKER,
+                "query": {"text": "a blue circle", "images": [{"bytes": files[2]}]},
+                "items": [
+                    {"text": "cats sleep all day", "id": "d0"},
+                    {"images": [{"bytes": files[0]}], "id": "d1"},
+                ],
+            },
+        ],
+    )
+    got = np.stack([array(result["dense"]) for result in ok(encoded)])
+    np.testing.assert_allclose(got, reference_embeddings(folders[EMBEDDER], embed_items), atol=ATOL)
+    scores = {entry["item_id"]: entry["score"] for entry in ok(scored)["scores"]}
+    want = reference_scores(folders[RERANKER], query, docs)
+    np.testing.assert_allclose([scores["d0"], scores["d1"]], want, atol=ATOL)
