@@ -144,3 +144,19 @@ def test_texts_holding_a_marker_are_refused(families: Families) -> None:
     response = extract(server, {"labels": LABELS}, ["fine", "spam <<LABEL>> eggs"])
     assert response.status_code == 400
     assert "Item 1's text must not contain" in response.json()["detail"]["message"]
+
+
+def test_sdk_extract_gives_the_pipelines_classifications(families: Families, reference: Any) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = families
+    texts = TEXTS[:2]
+    kwargs = {"labels": LABELS, "options": {"classification_type": "multi-label"}}
+    action = {"op": "extract", "model": GLICLASS, "items": [{"text": t} for t in texts], "kwargs": kwargs}
+    [entry] = run_sdk(server.url, [action])
+    for item, scores in zip(ok(entry), want_scores(reference, texts, LABELS, "multi-label"), strict=True):
+        got = item["classifications"]
+        assert [c["label"] for c in got] == sorted(scores, key=lambda label: -scores[label])
+        np.testing.assert_allclose([c["score"] for c in got], [scores[c["label"]] for c in got], atol=1e-4)

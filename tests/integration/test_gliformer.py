@@ -86,3 +86,31 @@ def test_encode_matches_embed_text(families: Families, model: Any, as_json: bool
         want = model.embed_text(texts, batch_size=1).numpy()
     want /= np.linalg.norm(want, axis=1, keepdims=True)  # the server normalizes, as SIE's adapter does
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_sdk_extract_and_encode_match_gliformer(families: Families, model: Any) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = families
+    texts, labels = TEXTS[:3], LABEL_SETS[0]
+    items = [{"text": t} for t in texts]
+    actions = [
+        {"op": "extract", "model": GLIFORMER, "items": items, "kwargs": {"labels": labels}},
+        {"op": "encode", "model": GLIFORMER, "items": items},
+    ]
+    extracted, encoded = (ok(entry) for entry in run_sdk(server.url, actions))
+    for text, item in zip(texts, extracted, strict=True):
+        want = expected(model, text, labels, 0.5)
+        got = item["entities"]
+        assert [(e["start"], e["end"], e["text"], e["label"]) for e in got] == [
+            (e["start"], e["end"], e["text"], e["label"]) for e in want
+        ]
+        np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in want], atol=SCORE_ATOL)
+    assert any(item["entities"] for item in extracted)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dense = model.embed_text(texts, batch_size=1).numpy()
+    dense /= np.linalg.norm(dense, axis=1, keepdims=True)
+    np.testing.assert_allclose([e["dense"]["values"] for e in encoded], dense, atol=1e-4)

@@ -171,3 +171,21 @@ def test_bad_relation_requests_are_400(
     assert response.status_code == 400, response.text
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT" and fragment in detail["message"]
+
+
+def test_sdk_extract_gives_gliners_relations(families: Families, reference: Any) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = families
+    options = {"threshold": 0.3, "relation_labels": RELATIONS, "relation_threshold": 0.5}
+    items = [{"text": t} for t in TEXTS]
+    action = {
+        "op": "extract",
+        "model": GLINER_RELEX,
+        "items": items,
+        "kwargs": {"labels": LABELS, "options": options},
+    }
+    [entry] = run_sdk(server.url, [action])
+    assert assert_matches(ok(entry), reference, RELATIONS, 0.3, 0.5)

@@ -73,3 +73,24 @@ def test_bad_requests_are_400(families: Families, params: dict[str, Any], fragme
     assert response.status_code == 400, response.text
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT" and fragment in detail["message"]
+
+
+def test_sdk_extract_gives_the_members_entities(families: Families, members: list[tuple[Any, bool]]) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = families
+    texts = TEXTS[:3]
+    action = {
+        "op": "extract",
+        "model": GLINER_UNION,
+        "items": [{"text": t} for t in texts],
+        "kwargs": {"labels": LABELS},
+    }
+    [entry] = run_sdk(server.url, [action])
+    opts = union_options(RUNTIME)
+    items = ok(entry)
+    for text, item in zip(texts, items, strict=True):
+        assert_same(item["entities"], reference(members, text, LABELS, opts))
+    assert sum(len(item["entities"]) for item in items) >= 5

@@ -77,3 +77,20 @@ def test_bad_requests_are_400(
     assert response.status_code == 400, response.text
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT" and fragment in detail["message"]
+
+
+def test_sdk_extract_gives_glirels_relations(families: Families, model: Any) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = families
+    chosen = ITEMS[:2]
+    items = [{"text": t, "metadata": {"entities": e}} for t, e in chosen]
+    action = {"op": "extract", "model": GLIREL, "items": items, "kwargs": {"labels": LABELS}}
+    [entry] = run_sdk(server.url, [action])
+    labels = list(dict.fromkeys(LABELS))
+    found = ok(entry)
+    for (text, entities), item in zip(chosen, found, strict=True):
+        assert_same(item["relations"], reference(model, text, entities, labels, THRESHOLD, 10))
+    assert sum(len(item["relations"]) for item in found) >= 2

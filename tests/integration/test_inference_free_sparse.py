@@ -111,3 +111,32 @@ def test_documents_run_the_masked_lm_on_the_device(lab: Lab) -> None:
     assert queries.status_code == 200, queries.text
     want = reference.encode_query(QUERIES, convert_to_tensor=True, convert_to_sparse_tensor=False)
     assert_matches(decode(queries), want.numpy())
+
+
+def test_sdk_encode_reads_sparse_queries_and_documents(lab: Lab) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    texts = {True: QUERIES[0], False: DOCUMENTS[0]}
+    actions = [
+        {
+            "op": "encode",
+            "model": MODEL,
+            "items": {"text": t},
+            "kwargs": {"output_types": ["sparse"], "is_query": q},
+        }
+        for q, t in texts.items()
+    ]
+    # The SDK waits out MODEL_LOADING (a 503) on the document by itself.
+    entries = run_sdk(lab.server.url, actions, timeout_s=180)
+    query, document = (ok(entry)["sparse"] for entry in entries)
+    reference = reference_encoder(lab.weights)
+    kw: dict[str, Any] = {"convert_to_tensor": True, "convert_to_sparse_tensor": False}
+    for got, want in [
+        (query, reference.encode_query([texts[True]], **kw)[0].numpy()),
+        (document, reference.encode_document([texts[False]], **kw)[0].numpy()),
+    ]:
+        indices = np.asarray(got["indices"]["values"])
+        np.testing.assert_array_equal(indices, np.flatnonzero(want))
+        np.testing.assert_allclose(np.asarray(got["values"]["values"]), want[indices], rtol=0, atol=1e-4)

@@ -110,3 +110,23 @@ def test_bad_requests_are_400(families: Families, params: dict[str, Any] | None,
     assert response.status_code == 400, response.text
     detail = response.json()["detail"]
     assert detail["code"] == "INVALID_INPUT" and fragment in detail["message"], detail
+
+
+def test_sdk_extract_gives_the_packages_decisions(families: Families, reference: Any) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = families
+    action = {
+        "op": "extract",
+        "model": LAYA,
+        "items": {"text": STATES[0]},
+        "kwargs": {"output_schema": QUESTIONS},
+    }
+    [entry] = run_sdk(server.url, [action])
+    data = ok(entry)["data"]
+    [want] = reference.predict_batch(STATES[:1], QUESTIONS)
+    assert set(data) == set(QUESTIONS)
+    for qid, answer in want["answers"].items():
+        assert_answer(data[qid], answer)

@@ -207,3 +207,17 @@ def test_bad_requests_get_the_error_shape(
     detail = response.json()["detail"]
     assert detail["code"] == ("INVALID_INPUT" if status == 400 else "INPUT_TOO_LONG")
     assert fragment in detail["message"]
+
+
+def test_sdk_score_matches_the_causal_lm(lab: Lab) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, folders = lab
+    items = [{"text": d} for d in DOCS]
+    action = {"op": "score", "model": QWEN3, "query": {"text": QUERY}, "items": items}
+    [entry] = run_sdk(server.url, [{**action, "kwargs": {"instruction": "Judge sleep"}}])
+    result = ok(entry)
+    np.testing.assert_allclose(by_item(result), reference(folders[QWEN3], "Judge sleep"), rtol=0, atol=1e-4)
+    assert [e["rank"] for e in result["scores"]] == list(range(len(DOCS)))

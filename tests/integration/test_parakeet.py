@@ -155,3 +155,19 @@ def test_bad_input_is_a_400(media: Media, item: dict[str, Any], params: dict[str
     response = extract(server.url, PARAKEET, [item], **params)
     assert response.status_code == 400, response.text
     assert message in response.json()["detail"]["message"]
+
+
+def test_sdk_extract_transcribes_an_audio_file(
+    media: Media, reference: ParakeetReference, tmp_path: Path
+) -> None:
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    server, _ = media
+    clip = tmp_path / "clip.wav"
+    clip.write_bytes(samples.audio_bytes(SHORT, RATE, "WAV", "FLOAT"))
+    action = {"op": "extract", "model": PARAKEET, "items": {"audio": {"path": str(clip)}}}
+    [entry] = run_sdk(server.url, [action])
+    text = reference.piece(SHORT)[0]
+    assert text and ok(entry)["data"] == {"text": text, "language": None, "duration_ms": 4000}
