@@ -76,6 +76,43 @@ def test_typed_answers_match_the_package(families: Families, reference: Any, as_
             assert_answer(item["data"][qid], answer)
 
 
+STRUCTURED: list[Any] = [
+    {"user": "Wo ist meine Bestellung?", "order": 42, "tags": ["late", "ü"]},
+    [{"role": "user", "content": "an old turn " * 300}, {"role": "user", "content": "I want a refund"}],
+    "a plain string state",
+]
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_structured_states_in_metadata_match_the_package(
+    families: Families, reference: Any, as_json: bool
+) -> None:
+    server, _ = families
+    items = [{"id": f"m{i}", "metadata": {"state": state}} for i, state in enumerate(STRUCTURED)]
+    items.append({"id": "t", "text": STATES[0]})  # a text state beside them
+    response = extract(server, {"items": items, "params": {"output_schema": QUESTIONS}}, as_json=as_json)
+    assert response.status_code == 200, response.text
+    want = reference.predict_batch([*STRUCTURED, STATES[0]], QUESTIONS)
+    for item, state in zip(decode(response)["items"], want, strict=True):
+        for qid, answer in state["answers"].items():
+            assert_answer(item["data"][qid], answer)
+
+
+@pytest.mark.parametrize(
+    ("item", "fragment"),
+    [
+        ({"metadata": {"state": 3}}, "metadata.state must be a string, a JSON object or a list"),
+        ({"text": "a", "metadata": {"state": "b"}}, "not both"),
+        ({"metadata": {"other": 1}}, "Item 0 has no text"),
+    ],
+)
+def test_a_bad_state_is_a_400(families: Families, item: dict[str, Any], fragment: str) -> None:
+    server, _ = families
+    response = extract(server, {"items": [item], "params": {"output_schema": QUESTIONS}})
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["detail"]["message"]
+
+
 def test_labels_give_classifications(families: Families, reference: Any) -> None:
     server, _ = families
     labels = ["billing", "shipping", "account"]
