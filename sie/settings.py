@@ -21,7 +21,7 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8080
-    frontends: int = 2
+    frontends: int | None = None  # None: chosen from the devices and cores (sie.supervisor.children)
     device: str = "auto"
     models_dir: str | None = None
     watch_models_dir: bool = True
@@ -90,7 +90,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 HELP: dict[str, str] = {
     "host": "address to listen on",
     "port": "port to listen on (0 picks a free one)",
-    "frontends": "number of HTTP frontend processes (each tokenizes and preprocesses its own requests)",
+    "frontends": "number of HTTP frontend processes, each tokenizing and decoding its own requests "
+    "(default: 2 on a CPU device; with GPUs, half the cores, from 2 to 8)",
     "device": "auto | cpu | cuda | cuda:N | cuda:0,1 (auto: every visible GPU, else one CPU device)",
     "models_dir": "directory of model YAML files, or an s3:// gs:// file:// URL of one, read at start and "
     "on SIGHUP (default: the built-in models)",
@@ -216,7 +217,7 @@ def _split_list(value: Any) -> list[str] | None:
 
 
 def _validate(settings: Settings) -> None:
-    if settings.frontends < 1:
+    if settings.frontends is not None and settings.frontends < 1:
         raise ValueError("frontends must be at least 1")
     if not 0 <= settings.port < 65536:
         raise ValueError("port must be in 0..65535")

@@ -11,7 +11,7 @@ def test_defaults() -> None:
     assert (settings.host, settings.port, settings.frontends, settings.device) == (
         "127.0.0.1",
         8080,
-        2,
+        None,  # chosen at start from the devices and cores
         "auto",
     )
 

@@ -84,6 +84,19 @@ def resolve_devices(spec: str) -> list[str]:
     return devices
 
 
+def frontend_count(asked: int | None, devices: list[str], cores: int) -> int:
+    """The frontends to start: as asked, else 2 where the forward runs on the CPU (it shares the
+    cores with them; two measured best on two cores), else half the cores from 2 to 8: a GPU
+    device process needs about a core, and the frontends' parsing, tokenizing and image decoding
+    is the rest of the box's CPU work (8 frontends on 16 cores fed an H200 5,000 MiniLM
+    requests/s and 1,100 640x480 JPEGs/s)."""
+    if asked is not None:
+        return asked
+    if all(device == "cpu" for device in devices):
+        return 2
+    return max(2, min(8, cores // 2))
+
+
 def visible_gpu_count() -> int:
     """GPUs the NVIDIA driver exposes, honouring CUDA_VISIBLE_DEVICES, without importing CUDA."""
     try:

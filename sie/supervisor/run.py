@@ -27,13 +27,13 @@ from sie.catalog_defaults import with_server_defaults
 from sie.catalog_report import log_catalog
 from sie.model_config import Catalog, ModelConfigError, preload_names
 from sie.object_store import require_backend
-from sie.settings import Settings
+from sie.settings import Settings, available_cores
 from sie.shared_catalog import share_catalog, write_catalog
 from sie.shm.control import DeviceState, ModelState
 from sie.shm.names import Namespace, sweep_stale
 from sie.specs import DeviceSpec, FrontendSpec
 from sie.supervisor.catalog_source import CatalogSource
-from sie.supervisor.children import Child, resolve_devices
+from sie.supervisor.children import Child, frontend_count, resolve_devices
 from sie.supervisor.resources import SharedResources
 from sie.supervisor.systemd import inherited_socket, sd_notify
 
@@ -65,7 +65,8 @@ class Supervisor:
             raise ValueError("tracing needs OpenTelemetry: pip install 'sie[tracing]'")
         self.namespace = Namespace(settings.instance, os.getpid())
         self.devices = [Child("device", i) for i in range(len(self.device_names))]
-        self.frontends = [Child("frontend", i) for i in range(settings.frontends)]
+        count = frontend_count(settings.frontends, self.device_names, available_cores())
+        self.frontends = [Child("frontend", i) for i in range(count)]
         self.stopping = False
         self.stop_signals = 0
         self.is_ready = False

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sie.supervisor import children
-from sie.supervisor.children import MAX_RAPID_RESTARTS, Child, resolve_devices
+from sie.supervisor.children import MAX_RAPID_RESTARTS, Child, frontend_count, resolve_devices
 
 
 def test_resolve_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,3 +44,12 @@ def test_duplicate_device_names_get_their_index_for_display() -> None:
     assert device_labels(["cpu"]) == ["cpu"]
     assert device_labels(["cpu", "cpu"]) == ["cpu:0", "cpu:1"]
     assert device_labels(["cuda:0", "cuda:1"]) == ["cuda:0", "cuda:1"]
+
+
+def test_frontends_follow_the_devices_and_cores_unless_asked() -> None:
+    assert frontend_count(None, ["cpu"], 64) == 2  # the forward shares the cores with them
+    assert frontend_count(None, ["cuda:0"], 16) == 8
+    assert frontend_count(None, ["cuda:0", "cuda:1"], 64) == 8
+    assert frontend_count(None, ["cuda:0"], 2) == 2
+    assert frontend_count(None, ["cuda:0"], 10) == 5
+    assert frontend_count(3, ["cuda:0"], 16) == 3
