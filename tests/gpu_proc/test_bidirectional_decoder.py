@@ -7,6 +7,7 @@ sliding window, only keys within the window on either side, transformers' bidire
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,3 +158,34 @@ def test_bidirectional_differs_from_causal(decoders: dict[str, Path]) -> None:
     both = runner.run_dense(load(decoders["mistral"], "mistral"), as_batch(items))
     one_way = runner.run_dense(causal, as_batch(items))
     assert np.abs(both - one_way).max() > 1e-2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_varlen_path_equals_reference(
+    decoders: dict[str, Path], arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CUDA's varlen kernel (a CPU stand-in with its contract here): the window on both sides.
+    from sie.gpu_proc.adapters import varlen
+    from tests.gpu_proc.varlen_reference import reference_kernel
+
+    windows: list[tuple[int, int]] = []
+
+    def kernel(*args: Any, window_size: tuple[int, int], **kwargs: Any) -> torch.Tensor:
+        windows.append(window_size)
+        return reference_kernel(*args, window_size=window_size, **kwargs)
+
+    monkeypatch.setattr(varlen.Kernel, "attend", kernel)
+    monkeypatch.setattr(varlen.Kernel, "anywhere", True)
+    monkeypatch.setattr(varlen.Kernel, "failed", False)
+    model = load(decoders[arch], arch)._model
+    packed = PackedDecoder.wrap(model)
+    assert packed is not None
+    items = mixed_items(seed=5)
+    padded = torch.zeros((len(items), max(len(ids) for ids in items)), dtype=torch.long)
+    for i, ids in enumerate(items):
+        padded[i, : len(ids)] = torch.from_numpy(ids.astype(np.int64))
+    with torch.no_grad():
+        got = packed.hidden_states(padded, [len(ids) for ids in items])
+    for i, want in enumerate(reference_hidden(decoders[arch], items)):
+        torch.testing.assert_close(got[i, : len(want)], want, rtol=0, atol=ATOL)
+    assert set(windows) == {(WINDOW, WINDOW) if arch == "mistral" else varlen.FULL}

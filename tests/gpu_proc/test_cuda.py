@@ -39,3 +39,31 @@ def test_cuda_matches_cpu(tiny_models: dict[str, Path], arch: str, precision: st
 def test_cuda_defaults_to_float16(tiny_models: dict[str, Path]) -> None:
     adapter = load_adapter(model_config("bert"), tiny_models["bert"], "cuda")
     assert adapter.dtype == torch.float16
+
+
+def test_packed_forwards_attend_through_pytorchs_varlen_kernel(
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sie.gpu_proc.adapters import varlen
+
+    real = varlen.Kernel.attend
+    if real is None:
+        pytest.skip("this PyTorch has no torch.nn.attention.varlen")
+    calls: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(varlen.Kernel, "attend", counted)
+    items = random_items(64, seed=9)  # mixed lengths: the packed stream, not the uniform path
+    config = model_config("bert", compute_precision="float16")
+    cpu = Runner(torch.device("cpu")).run_dense(
+        load_adapter(config, tiny_models["bert"], "cpu"), as_batch(items)
+    )
+    adapter = load_adapter(config, tiny_models["bert"], "cuda")
+    gpu = Runner(torch.device("cuda")).run_dense(adapter, as_batch(items))
+    assert calls and not varlen.Kernel.failed
+    cosine = (gpu * cpu).sum(1) / (np.linalg.norm(gpu, axis=1) * np.linalg.norm(cpu, axis=1))
+    assert cosine.min() > 0.999
+    adapter.close()

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
+
 # model_type -> first position id (RoBERTa-style models count positions from padding_idx + 1).
 _POSITION_START = {"bert": None, "roberta": "pad+1", "xlm-roberta": "pad+1", "camembert": "pad+1"}
 # Attention groups: close a group when its padding would exceed this share of its padded tokens,
@@ -98,8 +100,14 @@ class PackedEncoder:
         """
         packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
         flat = self._embed(input_ids, token_type_ids, packing)
+        head_dim = flat.shape[-1] // self._heads
+        seqs = (
+            None
+            if packing.uniform or key_mask is not None
+            else sequences(lengths, flat.device, flat.dtype, head_dim)
+        )
         for layer in self._base.encoder.layer:
-            flat = self._layer(layer, flat, packing)
+            flat = self._layer(layer, flat, packing, seqs)
         return unpacked(flat, packing)
 
     def _embed(
@@ -119,17 +127,26 @@ class PackedEncoder:
         )
         return embeddings.LayerNorm(hidden)
 
-    def _layer(self, layer: Any, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
+    def _layer(
+        self, layer: Any, hidden: torch.Tensor, packing: Packing, seqs: Sequences | None
+    ) -> torch.Tensor:
         attention = layer.attention
-        context = self._attend(attention.self, hidden, packing)
+        context = self._attend(attention.self, hidden, packing, seqs)
         attended = attention.output.LayerNorm(attention.output.dense(context) + hidden)
         inner = layer.intermediate.intermediate_act_fn(layer.intermediate.dense(attended))
         return layer.output.LayerNorm(layer.output.dense(inner) + attended)
 
-    def _attend(self, self_attention: Any, hidden: torch.Tensor, packing: Packing) -> torch.Tensor:
+    def _attend(
+        self, self_attention: Any, hidden: torch.Tensor, packing: Packing, seqs: Sequences | None
+    ) -> torch.Tensor:
         width = hidden.shape[-1]
         head_dim = width // self._heads
         projections = (self_attention.query, self_attention.key, self_attention.value)
+        if seqs is not None:  # CUDA: one varlen kernel over the stream (sie.gpu_proc.adapters.varlen)
+            q, k, v = (proj(hidden).view(-1, self._heads, head_dim) for proj in projections)
+            out = attend(q, k, v, seqs, FULL)
+            if out is not None:
+                return out.reshape(-1, width)
         if packing.uniform:
             n, length = packing.shape
             q, k, v = (

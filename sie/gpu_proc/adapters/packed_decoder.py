@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
+from sie.gpu_proc.adapters.varlen import CAUSAL, FULL, Sequences, attend, sequences
 
 # Decoder stacks whose layers are exactly: norm, attention (q/k/v/o projections, optional q/k norms
 # on the head dimension, rotary), residual, norm, MLP, residual; then a final norm.
@@ -64,9 +65,10 @@ class PackedDecoder:
         cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]
         rotary = (cos[0, :, None, :], sin[0, :, None, :])
         masks = _Masks(input_ids.device, causal=self._causal)
+        seqs = None if packing.uniform else sequences(lengths, flat.device, flat.dtype, self._head_dim)
         for layer, window in zip(self._base.layers, self._windows, strict=True):
             attended = self._attend(
-                layer.self_attn, layer.input_layernorm(flat), rotary, packing, masks, window
+                layer.self_attn, layer.input_layernorm(flat), rotary, packing, masks, window, seqs
             )
             flat = flat + attended
             flat = flat + layer.mlp(layer.post_attention_layernorm(flat))
@@ -81,6 +83,7 @@ class PackedDecoder:
         packing: Packing,
         masks: _Masks,
         window: int | None,
+        seqs: Sequences | None,
     ) -> torch.Tensor:
         tokens, d = hidden.shape[0], self._head_dim
         q = attention.q_proj(hidden).view(tokens, self._heads, d)
@@ -91,6 +94,10 @@ class PackedDecoder:
         cos, sin = rotary
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         gqa = self._kv_heads != self._heads
+        if seqs is not None:  # CUDA: one varlen kernel over the stream (sie.gpu_proc.adapters.varlen)
+            out = attend(q, k, v, seqs, self._band(window))
+            if out is not None:
+                return attention.o_proj(out.reshape(tokens, self._heads * d))
         if packing.uniform:
             n, length = packing.shape
             blocks = (t.view(n, length, -1, d).transpose(1, 2) for t in (q, k, v))
@@ -114,6 +121,13 @@ class PackedDecoder:
             rows = out.transpose(1, 2).reshape(g * length, self._heads * d).index_select(0, group.real)
             context.index_copy_(0, group.rows, rows)
         return attention.o_proj(context)
+
+    def _band(self, window: int | None) -> tuple[int, int]:
+        """The varlen kernel's (left, right) key window: as _Masks, a causal window keeps keys
+        0 <= distance < window back, a bidirectional one |distance| <= window."""
+        if window is None:
+            return CAUSAL if self._causal else FULL
+        return (window - 1, 0) if self._causal else (window, window)
 
 
 def _attention(blocks: Any, mask: torch.Tensor | None, gqa: bool, *, causal: bool) -> torch.Tensor:
