@@ -18,6 +18,7 @@ import transformers
 from sie.gpu_proc.adapters import varlen
 from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
+from sie.gpu_proc.adapters.packed_modernbert import PackedModernBert
 from tests.gpu_proc.varlen_reference import reference_kernel
 
 LENGTHS = [9, 3, 17, 1, 12, 12, 30, 5]
@@ -145,3 +146,23 @@ def test_the_kernel_applies_only_on_cuda_in_half_precision(monkeypatch: pytest.M
     assert varlen.sequences([3], cpu, torch.float16, 60) is None  # not a head size flash takes
     monkeypatch.setattr(varlen.Kernel, "anywhere", False)
     assert varlen.sequences([3], torch.device("cuda"), torch.float32, 64) is None
+
+
+def test_modernbert_attends_through_the_kernel_as_transformers_does(kernel: Calls) -> None:
+    # A local window (8 either side) far shorter than the longest item, so the band binds.
+    torch.manual_seed(2)
+    config = transformers.ModernBertConfig(
+        vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, local_attention=16,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+    )  # fmt: skip
+    model = transformers.AutoModel.from_config(config, attn_implementation="sdpa").eval()
+    packed = PackedModernBert.wrap(model)
+    assert packed is not None
+    ids, mask = batch(LENGTHS, 300, seed=5)
+    with torch.inference_mode():
+        want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = packed.hidden_states(ids, LENGTHS)
+    assert kernel.windows == [varlen.FULL, (8, 8), (8, 8)]
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)

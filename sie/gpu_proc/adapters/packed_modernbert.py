@@ -5,7 +5,8 @@ the others, gated MLP.
 
 As for BERT (`packed.py`, whose packing plan this reuses), the projections, norms and MLP run once
 over the batch's real tokens; attention alone works on small padded blocks of sequences of similar
-length, masked to each block's real keys (and to the window in local layers).
+length, masked to each block's real keys (and to the window in local layers); on CUDA in half
+precision, PyTorch's varlen kernel attends the whole stream at once (sie.gpu_proc.adapters.varlen).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
+from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
 
 
 class PackedModernBert:
@@ -70,8 +72,12 @@ class PackedModernBert:
             for kind in set(self._types)
         }
         windows = _Windows(input_ids.device)
+        seqs = None
+        if not packing.uniform and key_mask is None:
+            seqs = sequences(lengths, flat.device, flat.dtype, self._head_dim)
         for layer, kind, window in zip(self._base.layers, self._types, self._windows, strict=True):
-            attended = self._attend(layer.attn, layer.attn_norm(flat), rotary[kind], packing, windows, window)
+            hidden = layer.attn_norm(flat)
+            attended = self._attend(layer.attn, hidden, rotary[kind], packing, windows, window, seqs)
             flat = flat + attended
             flat = flat + layer.mlp(layer.mlp_norm(flat))
         flat = self._base.final_norm(flat)
@@ -85,11 +91,16 @@ class PackedModernBert:
         packing: Packing,
         windows: _Windows,
         window: int | None,
+        seqs: Sequences | None,
     ) -> torch.Tensor:
         tokens, d = hidden.shape[0], self._head_dim
         q, k, v = attention.Wqkv(hidden).view(tokens, 3, self._heads, d).unbind(dim=1)
         cos, sin = rotary
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if seqs is not None:  # CUDA: one varlen kernel over the stream (sie.gpu_proc.adapters.varlen)
+            out = attend(q, k, v.contiguous(), seqs, FULL if window is None else (window, window))
+            if out is not None:
+                return attention.Wo(out.reshape(tokens, self._heads * d))
         if packing.uniform:
             n, length = packing.shape
             blocks = (t.reshape(n, length, self._heads, d).transpose(1, 2) for t in (q, k, v))
