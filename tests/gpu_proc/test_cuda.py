@@ -67,3 +67,13 @@ def test_packed_forwards_attend_through_pytorchs_varlen_kernel(
     cosine = (gpu * cpu).sum(1) / (np.linalg.norm(gpu, axis=1) * np.linalg.norm(cpu, axis=1))
     assert cosine.min() > 0.999
     adapter.close()
+
+
+def test_index_arrays_reach_the_device_in_one_copy_unchanged() -> None:
+    from sie.gpu_proc.transfer import to_device
+
+    arrays = [np.arange(7, dtype=np.int64), np.arange(12, dtype=np.int64).reshape(3, 4) * 5, np.array([9])]
+    moved = to_device(arrays, torch.device("cuda"))
+    assert all(t.device.type == "cuda" for t in moved)
+    for tensor, array in zip(moved, arrays, strict=True):
+        np.testing.assert_array_equal(tensor.cpu().numpy(), array)

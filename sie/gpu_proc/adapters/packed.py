@@ -13,6 +13,7 @@ architecture runs unchanged; other architectures (MPNet, ModernBERT, ...) keep t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
+from sie.gpu_proc.transfer import to_device
 
 # model_type -> first position id (RoBERTa-style models count positions from padding_idx + 1).
 _POSITION_START = {"bert": None, "roberta": "pad+1", "xlm-roberta": "pad+1", "camembert": "pad+1"}
@@ -42,22 +44,38 @@ class AttentionGroup:
     rows: torch.Tensor  # long: index[real], where the block's results go back in the stream
 
 
-@dataclass(frozen=True, slots=True)
 class Packing:
-    """Where each item's tokens sit in the flat stream, and the attention groups over them."""
+    """Where each item's tokens sit in the flat stream, and the attention groups over them, planned
+    on first use (a forward through the varlen kernel never needs them)."""
 
-    shape: tuple[int, int]  # [n, L] of the padded input
-    groups: list[AttentionGroup]
-    # The real (computed) tokens as rows of the flattened [n * L] input, and their positions in
-    # their item: a gather by a long index costs a third of a boolean mask's, which finds it anew.
-    # None when every item is as long as the input and attends to every token (one item, or equal
-    # lengths): the stream is the input itself, and attention needs no gather, scatter or mask.
-    tokens: torch.Tensor | None
-    positions: torch.Tensor | None
+    __slots__ = ("_group_plan", "_groups", "positions", "shape", "tokens")
+
+    def __init__(
+        self,
+        shape: tuple[int, int],
+        tokens: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        group_plan: Callable[[], list[AttentionGroup]] | None = None,
+    ) -> None:
+        self.shape = shape  # [n, L] of the padded input
+        # The real (computed) tokens as rows of the flattened [n * L] input, and their positions in
+        # their item: a gather by a long index costs a third of a boolean mask's, which finds it
+        # anew. None when every item is as long as the input and attends to every token (one item,
+        # or equal lengths): the stream is the input itself, and attention needs no gather or mask.
+        self.tokens = tokens
+        self.positions = positions
+        self._group_plan = group_plan
+        self._groups: list[AttentionGroup] | None = None
 
     @property
     def uniform(self) -> bool:
         return self.tokens is None
+
+    @property
+    def groups(self) -> list[AttentionGroup]:
+        if self._groups is None:
+            self._groups = self._group_plan() if self._group_plan is not None else []
+        return self._groups
 
 
 class PackedEncoder:
@@ -175,39 +193,46 @@ class PackedEncoder:
 def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: torch.device) -> Packing:
     """The flat layout of a right-padded batch and its attention groups (sorted by length).
 
-    Built with numpy and moved over once per tensor: a few dozen tiny torch operations per batch
-    cost more than a one-layer model's forward.
+    Built with numpy and moved over in one copy: a few dozen tiny torch operations per batch cost
+    more than a one-layer model's forward.
     """
     n = len(lengths)
     if key_mask is None and min(lengths) == width:
-        return Packing((n, width), [], None, None)
+        return Packing((n, width), None, None)
     sizes = np.asarray(lengths, np.int64)
-    valid = np.arange(width)[None, :] < sizes[:, None]
-    starts = np.zeros(n, np.int64)
+    tokens = np.flatnonzero(np.arange(width)[None, :] < sizes[:, None])
+    tokens_t, positions_t = to_device([tokens, tokens % width], device)
+    return Packing(
+        (n, width), tokens_t, positions_t, lambda: _attention_groups(sizes, key_mask, tokens_t, device)
+    )
+
+
+def _attention_groups(
+    sizes: np.ndarray, key_mask: torch.Tensor | None, tokens: torch.Tensor, device: torch.device
+) -> list[AttentionGroup]:
+    """Runs of similar length, each gathered from the stream into a padded block."""
+    starts = np.zeros(len(sizes), np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
     total = int(sizes.sum())
-    tokens = np.flatnonzero(valid)
-    tokens_t = _to(tokens, device)
     flat_keys = None
     if key_mask is not None:  # one zero past the end: what padding positions gather
-        keys_in_stream = key_mask.bool().reshape(-1).index_select(0, tokens_t)
+        keys_in_stream = key_mask.bool().reshape(-1).index_select(0, tokens)
         flat_keys = torch.cat([keys_in_stream, keys_in_stream.new_zeros(1)])
     order = np.argsort(sizes, kind="stable")
-    groups = []
+    planned: list[np.ndarray] = []
     for members in _groups(sizes[order].tolist(), MAX_GROUP_WASTE):
         items = order[members]
         offsets = np.arange(sizes[items].max())
         real = offsets[None, :] < sizes[items][:, None]
         index = np.where(real, starts[items][:, None] + offsets[None, :], total)
-        index_t, real_t = _to(index, device), _to(real, device)
-        keys = real_t if flat_keys is None else real_t & flat_keys[index_t]
-        real_rows, rows = _to(np.flatnonzero(real), device), _to(index[real], device)
-        groups.append(AttentionGroup(index_t.reshape(-1), keys, real_rows, rows))
-    return Packing((n, width), groups, tokens_t, _to(tokens % width, device))
-
-
-def _to(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(array).to(device)
+        planned += [index, np.flatnonzero(real), index[real]]
+    moved = to_device(planned, device)
+    groups = []
+    for index, real_rows, rows in zip(moved[::3], moved[1::3], moved[2::3], strict=True):
+        real = index != total  # padding positions gather the zero row past the stream's end
+        keys = real if flat_keys is None else real & flat_keys[index]
+        groups.append(AttentionGroup(index.reshape(-1), keys, real_rows, rows))
+    return groups
 
 
 def _groups(sorted_lengths: list[int], max_waste: float, min_items: int = MIN_GROUP_ITEMS) -> list[list[int]]:

@@ -17,7 +17,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from sie.gpu_proc.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +64,8 @@ def sequences(
         return None
     if head_dim % 8 or head_dim > 256:  # flash's head sizes
         return None
-    offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
-    return Sequences(offsets.to(device, non_blocking=True), max(lengths))
+    (offsets,) = to_device([np.asarray([0, *itertools.accumulate(lengths)], np.int64)], device)
+    return Sequences(offsets.to(torch.int32), max(lengths))
 
 
 def attend(
