@@ -201,14 +201,7 @@ def main() -> int:
         release_memory()
         print(f"raw {spec['id']}: {spec.get('raw') or spec.get('raw_error')}", flush=True)
         _write(args.out, report)
-    extra = [
-        "--device",
-        device,
-        "--models-dir",
-        str(work / "models"),
-        "--preload",
-        ",".join(s["id"] for s in specs),
-    ]
+    extra = server_args(device, work / "models", [s["id"] for s in specs])
     process, url, _, log_path = start_server(frontends, extra, "gpukit")
     report["server_log"] = str(log_path)
     try:
@@ -232,6 +225,11 @@ def main() -> int:
     _write(args.out, report)
     print(json.dumps(report))
     return 0
+
+
+def server_args(device: str, models_dir: Path, preload: list[str]) -> list[str]:
+    """`sie serve` flags for the kit's server: the device, the built models, all preloaded."""
+    return ["--device", device, "--models-dir", str(models_dir), "--preload", ",".join(preload)]
 
 
 def _write(out: Path, report: dict[str, Any]) -> None:

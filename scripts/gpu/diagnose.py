@@ -33,7 +33,7 @@ sys.path[:0] = [str(REPO / "scripts"), str(REPO / "scripts" / "gpu"), str(REPO)]
 
 from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts  # noqa: E402
-from bench_gpu import GpuBusy, bodies_for, load  # noqa: E402
+from bench_gpu import GpuBusy, bodies_for, load, server_args  # noqa: E402
 from build_models import _yamls, build_text, default_tokenizer_dir, text_models  # noqa: E402
 
 WATCHED = ("sie_batch_size", "sie_forward_seconds", "sie_request_stage_seconds", "sie_process_cpu_seconds")
@@ -112,14 +112,7 @@ def main() -> int:
                        runtime, [precision], "text")  # fmt: skip
     texts, _ = make_texts(2048, 10, 40)
     fake = {"id": "sie-fake", "kind": "text"}
-    extra = [
-        "--device",
-        device,
-        "--models-dir",
-        str(work / "models"),
-        "--preload",
-        f"{minilm['id']},sie-fake",
-    ]
+    extra = server_args(device, work / "models", [minilm["id"], "sie-fake"])
     frontends = 2 if args.cpu else 8
     process, url, _, log_path = start_server(frontends, extra, "diagnose")
     busy = GpuBusy()

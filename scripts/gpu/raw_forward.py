@@ -45,16 +45,7 @@ def measure_text(spec: dict[str, Any], texts: list[str], device_name: str, batch
     import transformers
     from tokenizers import Tokenizer
 
-    transformers.utils.logging.disable_progress_bar()  # a bar per load is noise in the kit's log
-    _kernels_as_sie()
-
-    device = torch.device(device_name)
-    folder = Path(spec["folder"])
-    model = (
-        transformers.AutoModel.from_pretrained(folder, dtype=_dtype(spec["precision"], device))
-        .to(device)
-        .eval()
-    )
+    model, device, _, folder = _load(transformers.AutoModel, spec, device_name)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.enable_truncation(spec["max_length"])
@@ -96,12 +87,7 @@ def measure_score(
 
     from sie.frontend.llm_prompts import QWEN3_DEFAULT_INSTRUCTION, QWEN3_PREFIX, QWEN3_SUFFIX
 
-    transformers.utils.logging.disable_progress_bar()
-    _kernels_as_sie()
-    device = torch.device(device_name)
-    folder = Path(spec["folder"])
-    dtype = _dtype(spec["precision"], device)
-    model: Any = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    model, device, _, folder = _load(transformers.AutoModelForCausalLM, spec, device_name)
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
@@ -134,12 +120,7 @@ def measure_images(
     import transformers
     from PIL import Image
 
-    transformers.utils.logging.disable_progress_bar()
-    _kernels_as_sie()
-    device = torch.device(device_name)
-    folder = Path(spec["folder"])
-    dtype = _dtype(spec["precision"], device)
-    model: Any = transformers.AutoModel.from_pretrained(folder, dtype=dtype).to(device).eval()
+    model, device, dtype, folder = _load(transformers.AutoModel, spec, device_name)
     processor = transformers.AutoImageProcessor.from_pretrained(folder)
     pixels = processor([Image.open(io.BytesIO(data)) for data in images], return_tensors="pt").pixel_values
 
@@ -149,6 +130,19 @@ def measure_images(
         return torch.nn.functional.normalize(features.float(), dim=-1).cpu()
 
     return _time(forward, list(pixels.split(1)), batch_size, device, join=torch.cat)
+
+
+def _load(auto: Any, spec: dict[str, Any], device_name: str) -> tuple[Any, Any, Any, Path]:
+    """The spec's model in its precision on the device, with the kernels sie's device uses."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # a bar per load is noise in the kit's log
+    _kernels_as_sie()
+    device = torch.device(device_name)
+    folder = Path(spec["folder"])
+    dtype = _dtype(spec["precision"], device)
+    return auto.from_pretrained(folder, dtype=dtype).to(device).eval(), device, dtype, folder
 
 
 def _time(forward: Any, items: list[Any], batch_size: int, device: Any, join: Any = None) -> dict[str, Any]:

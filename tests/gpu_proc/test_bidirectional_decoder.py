@@ -14,7 +14,7 @@ import pytest
 import torch
 import transformers
 
-from sie.gpu_proc.adapters import load_adapter
+from sie.gpu_proc.adapters import load_adapter, varlen
 from sie.gpu_proc.adapters.dense import DenseAdapter
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
 from sie.gpu_proc.runner import Runner
@@ -22,6 +22,7 @@ from sie.model_config import ModelConfig, parse_model_config
 
 from .test_decoder_embedders import COMMON
 from .tiny import as_batch, random_items
+from .varlen_reference import reference_kernel
 
 CPU = torch.device("cpu")
 ATOL = 1e-4  # float32
@@ -122,9 +123,23 @@ def test_padded_forward_equals_bidirectional_transformers(
     np.testing.assert_allclose(got, mean_pooled(reference_hidden(decoders[arch], items)), rtol=0, atol=ATOL)
 
 
+@pytest.mark.parametrize("through_varlen", [False, True], ids=["groups", "varlen"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_packed_stream_equals_reference_at_every_token(decoders: dict[str, Path], arch: str) -> None:
-    # 30 items make several attention groups; equal lengths take the uniform path.
+def test_packed_stream_equals_reference_at_every_token(
+    decoders: dict[str, Path], arch: str, through_varlen: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 30 items make several attention groups; equal lengths take the uniform path. `varlen`: CUDA's
+    # varlen kernel, a CPU stand-in with its contract here, with the window on both sides.
+    windows: list[tuple[int, int]] = []
+    if through_varlen:
+
+        def kernel(*args: Any, window_size: tuple[int, int], **kwargs: Any) -> torch.Tensor:
+            windows.append(window_size)
+            return reference_kernel(*args, window_size=window_size, **kwargs)
+
+        monkeypatch.setattr(varlen.Kernel, "attend", kernel)
+        monkeypatch.setattr(varlen.Kernel, "anywhere", True)
+        monkeypatch.setattr(varlen.Kernel, "failed", False)
     adapter = load(decoders[arch], arch)
     model = adapter._model
     assert model is not None and model.config.is_causal is False
@@ -144,6 +159,8 @@ def test_packed_stream_equals_reference_at_every_token(decoders: dict[str, Path]
         uniform = packed.hidden_states(torch.from_numpy(np.stack(same).astype(np.int64)), [12] * len(same))
         for i, want in enumerate(reference_hidden(decoders[arch], same)):
             torch.testing.assert_close(uniform[i], want, rtol=0, atol=ATOL)
+    if through_varlen:  # the mixed batch's layers only: a uniform batch needs no kernel
+        assert windows == [(WINDOW, WINDOW) if arch == "mistral" else varlen.FULL] * len(model.layers)
 
 
 def test_bidirectional_differs_from_causal(decoders: dict[str, Path]) -> None:
@@ -158,34 +175,3 @@ def test_bidirectional_differs_from_causal(decoders: dict[str, Path]) -> None:
     both = runner.run_dense(load(decoders["mistral"], "mistral"), as_batch(items))
     one_way = runner.run_dense(causal, as_batch(items))
     assert np.abs(both - one_way).max() > 1e-2
-
-
-@pytest.mark.parametrize("arch", ARCHS)
-def test_varlen_path_equals_reference(
-    decoders: dict[str, Path], arch: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # CUDA's varlen kernel (a CPU stand-in with its contract here): the window on both sides.
-    from sie.gpu_proc.adapters import varlen
-    from tests.gpu_proc.varlen_reference import reference_kernel
-
-    windows: list[tuple[int, int]] = []
-
-    def kernel(*args: Any, window_size: tuple[int, int], **kwargs: Any) -> torch.Tensor:
-        windows.append(window_size)
-        return reference_kernel(*args, window_size=window_size, **kwargs)
-
-    monkeypatch.setattr(varlen.Kernel, "attend", kernel)
-    monkeypatch.setattr(varlen.Kernel, "anywhere", True)
-    monkeypatch.setattr(varlen.Kernel, "failed", False)
-    model = load(decoders[arch], arch)._model
-    packed = PackedDecoder.wrap(model)
-    assert packed is not None
-    items = mixed_items(seed=5)
-    padded = torch.zeros((len(items), max(len(ids) for ids in items)), dtype=torch.long)
-    for i, ids in enumerate(items):
-        padded[i, : len(ids)] = torch.from_numpy(ids.astype(np.int64))
-    with torch.no_grad():
-        got = packed.hidden_states(padded, [len(ids) for ids in items])
-    for i, want in enumerate(reference_hidden(decoders[arch], items)):
-        torch.testing.assert_close(got[i, : len(want)], want, rtol=0, atol=ATOL)
-    assert set(windows) == {(WINDOW, WINDOW) if arch == "mistral" else varlen.FULL}
