@@ -122,6 +122,19 @@ def test_a_failing_kernel_is_dropped_for_padded_groups(
     torch.testing.assert_close(again, got)
 
 
+def test_a_kernel_answering_in_another_shape_is_dropped(kernel: Calls) -> None:
+    kernel.kernel = lambda q, *args, **kwargs: q[:, :1]  # one head's worth: not the contract
+    model = bert()
+    ids, mask = batch(LENGTHS, 300)
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    with torch.inference_mode():
+        got = packed.hidden_states(ids, LENGTHS)
+        want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert varlen.Kernel.failed
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=0, atol=1e-5)
+
+
 def test_out_of_memory_is_the_batchs_failure_not_the_kernels(kernel: Calls) -> None:
     def exhausted(*args: Any, **kwargs: Any) -> torch.Tensor:
         raise torch.OutOfMemoryError("CUDA out of memory")

@@ -78,13 +78,17 @@ def attend(
     if kernel is None or Kernel.failed:
         return None
     try:
-        return kernel(
+        out = kernel(
             q, k, v, seqs.offsets, seqs.offsets, seqs.longest, seqs.longest,
             window_size=window, enable_gqa=q.shape[1] != k.shape[1],
         )  # fmt: skip
+        out = out[0] if isinstance(out, tuple) else out  # a version that returns the logsumexp too
+        if not isinstance(out, torch.Tensor) or out.shape != q.shape:
+            raise TypeError(f"varlen_attn returned {type(out).__name__} {getattr(out, 'shape', '')}")
     except torch.OutOfMemoryError:
         raise  # the batch's own failure: the device splits or refuses it, as for any forward
-    except Exception as exc:
+    except Exception as exc:  # any other failure: padded groups from now on
         Kernel.failed = True
         log.warning("varlen attention failed; attending in padded groups", extra={"error": repr(exc)})
         return None
+    return out
