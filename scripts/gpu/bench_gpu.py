@@ -219,6 +219,7 @@ def main() -> int:
     finally:
         stop_server(process)
         shutil.copy(log_path, args.out.parent / "gpu-kit-server.log")  # it comes back with the JSON
+        report["varlen_failures"] = varlen_failures(log_path)
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)  # a fresh temporary folder: the models go with it
     report["total_s"] = round(time.monotonic() - started, 1)
@@ -252,7 +253,19 @@ def _versions() -> dict[str, Any]:
     import torch
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda}
+    from sie.gpu_proc.adapters.varlen import Kernel
+
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "varlen_kernel": Kernel.attend is not None,  # torch.nn.attention.varlen in this PyTorch
+    }
+
+
+def varlen_failures(log_path: Path) -> int:
+    """How often the server's varlen attention fell back to padded groups (sie.gpu_proc.adapters.varlen)."""
+    return log_path.read_text(errors="replace").count("varlen attention failed")
 
 
 if __name__ == "__main__":

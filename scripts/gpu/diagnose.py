@@ -2,16 +2,17 @@
 
     python scripts/gpu/diagnose.py --out DIR [--cpu] [--seconds 4]
 
-1. The machine's own speed: microseconds per CUDA kernel launch (a tiny add, synchronised once
-   per thousand) and per pure-Python loop step, so its figures can be set against another box's.
+1. The machine's own speed: microseconds per CUDA kernel launch (5,000 tiny adds, synchronised
+   once) and nanoseconds per pure-Python loop step, so its figures can be set against another
+   box's; and whether this PyTorch has the varlen attention kernel the packed forwards use.
 2. One server with `sie-fake` (no forward: the HTTP, frontend and ring ceiling) and MiniLM-L6's
    shape in float16 (bfloat16 on CPU), each under load for `--seconds`, with /metrics read
    before and after: batch sizes, forward seconds, per-stage request seconds, CPU per process.
 3. py-spy (when installed) samples every sie process while MiniLM is under load: collapsed stacks
    per process in DIR/pyspy.txt, to read with any flame-graph tool or grep.
 
-DIR gets diagnose.json (the probes and each run's items/s, p50, p99 and the /metrics deltas),
-metrics-*.txt and pyspy.txt.
+DIR gets diagnose.json (the probes, each run's items/s, p50, p99 and /metrics deltas, and how
+often the server's varlen attention fell back to padded groups), diagnose-server.log and pyspy.txt.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ sys.path[:0] = [str(REPO / "scripts"), str(REPO / "scripts" / "gpu"), str(REPO)]
 
 from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts  # noqa: E402
-from bench_gpu import GpuBusy, bodies_for, load, server_args  # noqa: E402
+from bench_gpu import GpuBusy, bodies_for, load, server_args, varlen_failures  # noqa: E402
 from build_models import _yamls, build_text, default_tokenizer_dir, text_models  # noqa: E402
 
 WATCHED = ("sie_batch_size", "sie_forward_seconds", "sie_request_stage_seconds", "sie_process_cpu_seconds")
@@ -59,6 +60,9 @@ def launch_probe(device: str) -> dict[str, float]:
     if device == "cuda":
         torch.cuda.synchronize()
     probe["kernel_launch_us"] = round((time.perf_counter() - started) / 5000 * 1e6, 2)
+    from sie.gpu_proc.adapters.varlen import Kernel
+
+    probe["varlen_kernel"] = Kernel.attend is not None
     return probe
 
 
@@ -137,6 +141,7 @@ def main() -> int:
     finally:
         stop_server(process)
         shutil.copy(log_path, args.out / "diagnose-server.log")
+        report["varlen_failures"] = varlen_failures(log_path)
         shutil.rmtree(work, ignore_errors=True)
     report["runs"] = runs
     (args.out / "diagnose.json").write_text(json.dumps(report, indent=1))
