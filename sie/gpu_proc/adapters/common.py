@@ -138,16 +138,18 @@ def takes_token_types(model: torch.nn.Module) -> bool:
 
 
 class HeldModel(Adapter):
-    """One loaded transformers model inside an adapter: usable until `close` drops it."""
+    """One loaded model inside an adapter, a transformers one or a package's own torch module:
+    usable until `close` drops it."""
 
-    def __init__(self, model: PreTrainedModel, *, name: str) -> None:
+    def __init__(self, model: torch.nn.Module, *, name: str) -> None:
         self.name = name
-        self.device = model.device
-        self.dtype = model.dtype
-        self._model: PreTrainedModel | None = model
+        parameter = next(model.parameters())  # where a module without transformers' .device is
+        self.device = getattr(model, "device", parameter.device)
+        self.dtype = getattr(model, "dtype", parameter.dtype)
+        self._model: torch.nn.Module | None = model
         self._memory_bytes = tensor_bytes(model)
 
-    def _live(self) -> PreTrainedModel:
+    def _live(self) -> Any:  # the model's own class, whose methods (generate, ...) its adapter calls
         if self._model is None:
             raise RuntimeError(f"adapter for '{self.name}' is closed")
         return self._model

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
-from sie.gpu_proc.adapters.common import compute_dtype, place, release, rows_output, tensor_bytes
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.common import HeldModel, compute_dtype, place, rows_output
 from sie.gpu_proc.outputs import Output
 from sie.shm.layout import ResultKind
 
@@ -29,22 +29,18 @@ if TYPE_CHECKING:
 _IMPORT_LOCK = threading.Lock()
 
 
-class GliformerAdapter(Adapter):
+class GliformerAdapter(HeldModel):
     kinds = frozenset({ResultKind.TOKEN_SCORES, ResultKind.DENSE})
 
     def __init__(self, gliformer: Any, *, name: str) -> None:
         """`gliformer`: a loaded text `gliformer.GLiFormer` with an NER head."""
         if getattr(gliformer.config, "ner_config", None) is None:
             raise ValueError(f"model '{name}': GLiFormer checkpoint has no NER head")
-        self.name = name
-        self._model: torch.nn.Module | None = gliformer.model
+        super().__init__(gliformer.model, name=name)
         self._processor = gliformer.data_processor
         tokenizer = self._processor.transformer_tokenizer
-        parameter = next(gliformer.model.parameters())
-        self.device, self.dtype = parameter.device, parameter.dtype
         self.pad_token_id = int(tokenizer.pad_token_id or 0)
         self.ent_token_id = int(tokenizer.convert_tokens_to_ids(gliformer.config.ent_token))
-        self._memory_bytes = tensor_bytes(gliformer.model)
 
     @classmethod
     def load(
@@ -64,10 +60,9 @@ class GliformerAdapter(Adapter):
         return cls(model, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
+        model = self._live()
         if ResultKind.DENSE in wanted:
-            return {ResultKind.DENSE: rows_output(ResultKind.DENSE, self._embed(inputs))}
+            return {ResultKind.DENSE: rows_output(ResultKind.DENSE, self._embed(model, inputs))}
         if inputs.aux is None:
             raise ValueError(f"model '{self.name}': GLiFormer needs the words_mask aux the frontend sends")
         n_words = inputs.aux.amax(dim=1)
@@ -76,7 +71,7 @@ class GliformerAdapter(Adapter):
         with torch.inference_mode(), warnings.catch_warnings():
             # The package's Qwen3 backbone passes transformers a deprecated argument on every call.
             warnings.filterwarnings("ignore", message=".*past_key_values", category=FutureWarning)
-            output = self._model(
+            output = model(
                 input_ids=inputs.input_ids,
                 attention_mask=inputs.attention_mask,
                 words_mask=inputs.aux,
@@ -94,9 +89,8 @@ class GliformerAdapter(Adapter):
         values = torch.cat(rows).cpu().numpy()
         return {ResultKind.TOKEN_SCORES: Output(ResultKind.TOKEN_SCORES, values, offsets.numpy())}
 
-    def _embed(self, inputs: ForwardInputs) -> torch.Tensor:
+    def _embed(self, model: Any, inputs: ForwardInputs) -> torch.Tensor:
         """Pooled float32 [n, dim], as `GLiFormer.embed_text` computes it."""
-        model: Any = self._model
         head = getattr(model.heads, "embedding", None)
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*past_key_values", category=FutureWarning)
@@ -113,16 +107,6 @@ class GliformerAdapter(Adapter):
             for n, c in zip(words, labels, strict=True)
         ]
         return self._processor.batch_generate_class_mappings(batch)
-
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def lora_target(self) -> torch.nn.Module | None:
-        return self._model
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
 
 
 def _names(count: int) -> list[str]:

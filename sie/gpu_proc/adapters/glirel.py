@@ -21,8 +21,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from sie.glirel_config import CONFIG_FILE, GlirelSettings, backbone_dir
-from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
-from sie.gpu_proc.adapters.common import compute_dtype, place, release, tensor_bytes
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.common import HeldModel, compute_dtype, place
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -34,18 +34,14 @@ EMBEDDINGS = "token_rep_layer.bert_layer.model.embeddings.word_embeddings.weight
 _BUILD_LOCK = threading.Lock()
 
 
-class GlirelAdapter(Adapter):
+class GlirelAdapter(HeldModel):
     kinds = frozenset({ResultKind.TOKEN_SCORES})
 
     def __init__(self, model: Any, settings: GlirelSettings, *, name: str, pad_token_id: int) -> None:
         """`model`: a loaded `glirel.GLiREL`, in eval mode on its device."""
-        self.name = name
+        super().__init__(model, name=name)
         self.settings = settings
-        self._model: Any = model
-        parameter = next(model.parameters())
-        self.device, self.dtype = parameter.device, parameter.dtype
         self.pad_token_id = pad_token_id
-        self._memory_bytes = tensor_bytes(model)
 
     @classmethod
     def load(
@@ -148,17 +144,8 @@ class GlirelAdapter(Adapter):
             type_rep = model.refine_prompt(type_rep, rel_rep, type_mask, marked)
         return model.scorer(rel_rep, type_rep), [p.reshape(-1, 4) for p in pairs]
 
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def _live(self) -> Any:
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        return self._model
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
+    def lora_target(self) -> torch.nn.Module | None:
+        return None  # the family takes no LoRA adapters
 
 
 def _type_vectors(prompt: torch.Tensor, strategy: str) -> torch.Tensor:
