@@ -12,6 +12,7 @@ from sie.gpu_proc.media import is_media, run_media
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.padding import pad_items
 from sie.gpu_proc.threads import ThreadPolicy
+from sie.gpu_proc.transfer import to_device
 from sie.shm.layout import ResultKind, kinds_of
 
 if TYPE_CHECKING:
@@ -32,9 +33,6 @@ class Runner:
     def __init__(self, device: torch.device, threads: ThreadPolicy | None = None) -> None:
         self.device = device
         self._threads = threads  # CPU only: intra-op threads chosen per batch
-        # On CUDA, pinned (page-locked) staging makes the host->device copies truly asynchronous, so
-        # the copies and the forward pass queue up on the stream without blocking this thread.
-        self._is_cuda = device.type == "cuda"
         self._min_chunk_tokens = MIN_CHUNK_TOKENS.get(device.type, MIN_CHUNK_TOKENS["cpu"])
 
     def run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
@@ -72,11 +70,14 @@ class Runner:
         self, adapter: Adapter, items: list[PendingItem], is_query: bool, wanted: frozenset[ResultKind]
     ) -> dict[ResultKind, Output]:
         padded = pad_items(items, adapter.pad_token_id)
+        optional = [array for array in (padded.token_type_ids, padded.aux) if array is not None]
+        ids, mask, *moved = to_device([padded.input_ids, padded.attention_mask, *optional], self.device)
+        rest = iter(moved)
         inputs = ForwardInputs(
-            input_ids=self._to_device(padded.input_ids),
-            attention_mask=self._to_device(padded.attention_mask),
-            token_type_ids=None if padded.token_type_ids is None else self._to_device(padded.token_type_ids),
-            aux=None if padded.aux is None else self._to_device(padded.aux),
+            input_ids=ids,
+            attention_mask=mask,
+            token_type_ids=None if padded.token_type_ids is None else next(rest),
+            aux=None if padded.aux is None else next(rest),
             lengths=[len(item.input_ids) for item in items],
             is_query=is_query,
             scalar=items[0].scalar,  # one per batch: the frontend keys batches by it
@@ -84,10 +85,7 @@ class Runner:
         return adapter.forward(inputs, wanted)
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        tensor = torch.from_numpy(array)
-        if not self._is_cuda:
-            return tensor
-        return tensor.pin_memory().to(self.device, non_blocking=True)
+        return to_device([array], self.device)[0]
 
 
 def _work(batch: Batch) -> tuple[int, bool]:

@@ -1,9 +1,9 @@
-"""Small index arrays to the device in one copy.
+"""A batch's host arrays to the device in one copy.
 
-A batch's packing plan is a handful of int64 arrays made with numpy. On CUDA each pageable
-host-to-device copy waits for the stream, so one per array would stall the host behind the GPU
-several times a batch; here they travel as one pinned buffer, asynchronously, and are views of it
-on the device. On the CPU they are the numpy arrays' own memory.
+A batch's inputs (padded ids and masks, a packing plan's indices, pixels) are numpy arrays. On CUDA
+a pageable host-to-device copy waits for the stream, so one per array would stall the host behind
+the GPU several times a batch; here arrays of one dtype travel as one pinned buffer,
+asynchronously, and are views of it on the device. On the CPU they are the numpy arrays' own memory.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 
 def to_device(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Each int64 array as a tensor of its shape on `device`."""
+    """Each array (all of one dtype) as a tensor of its shape on `device`."""
     if device.type == "cpu":
         return [torch.from_numpy(array) for array in arrays]
     flat = torch.from_numpy(np.concatenate([array.reshape(-1) for array in arrays]))
