@@ -13,6 +13,7 @@ architecture runs unchanged; other architectures (MPNet, ModernBERT, ...) keep t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ class Packing:
     """Where each item's tokens sit in the flat stream, and the attention groups over them, planned
     on first use (a forward through the varlen kernel never needs them)."""
 
-    __slots__ = ("_group_plan", "_groups", "positions", "shape", "tokens")
+    __slots__ = ("_group_plan", "_groups", "_lengths", "_masked", "positions", "shape", "tokens")
 
     def __init__(
         self,
@@ -56,6 +57,9 @@ class Packing:
         tokens: torch.Tensor | None,
         positions: torch.Tensor | None,
         group_plan: Callable[[], list[AttentionGroup]] | None = None,
+        *,
+        lengths: list[int] | None = None,
+        masked: bool = False,
     ) -> None:
         self.shape = shape  # [n, L] of the padded input
         # The real (computed) tokens as rows of the flattened [n * L] input, and their positions in
@@ -66,6 +70,8 @@ class Packing:
         self.positions = positions
         self._group_plan = group_plan
         self._groups: list[AttentionGroup] | None = None
+        self._lengths = lengths or []
+        self._masked = masked  # some keys are hidden from attention (a key mask)
 
     @property
     def uniform(self) -> bool:
@@ -76,6 +82,14 @@ class Packing:
         if self._groups is None:
             self._groups = self._group_plan() if self._group_plan is not None else []
         return self._groups
+
+    def varlen(self, dtype: torch.dtype, head_dim: int) -> Sequences | None:
+        """The sequences for the varlen kernel where it applies to this batch (sie.gpu_proc.adapters
+        .varlen); never to a uniform batch, which one plain attention call takes whole, or to one
+        with hidden keys."""
+        if self.tokens is None or self._masked:
+            return None
+        return sequences(self._lengths, self.tokens.device, dtype, head_dim)
 
 
 class PackedEncoder:
@@ -118,12 +132,7 @@ class PackedEncoder:
         """
         packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
         flat = self._embed(input_ids, token_type_ids, packing)
-        head_dim = flat.shape[-1] // self._heads
-        seqs = (
-            None
-            if packing.uniform or key_mask is not None
-            else sequences(lengths, flat.device, flat.dtype, head_dim)
-        )
+        seqs = packing.varlen(flat.dtype, flat.shape[-1] // self._heads)
         for layer in self._base.encoder.layer:
             flat = self._layer(layer, flat, packing, seqs)
         return unpacked(flat, packing)
@@ -202,9 +211,8 @@ def plan(lengths: list[int], width: int, key_mask: torch.Tensor | None, device: 
     sizes = np.asarray(lengths, np.int64)
     tokens = np.flatnonzero(np.arange(width)[None, :] < sizes[:, None])
     tokens_t, positions_t = to_device([tokens, tokens % width], device)
-    return Packing(
-        (n, width), tokens_t, positions_t, lambda: _attention_groups(sizes, key_mask, tokens_t, device)
-    )
+    groups = functools.partial(_attention_groups, sizes, key_mask, tokens_t, device)
+    return Packing((n, width), tokens_t, positions_t, groups, lengths=lengths, masked=key_mask is not None)
 
 
 def _attention_groups(

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
-from sie.gpu_proc.adapters.varlen import CAUSAL, FULL, Sequences, attend, sequences
+from sie.gpu_proc.adapters.varlen import CAUSAL, FULL, Sequences, attend
 
 # Decoder stacks whose layers are exactly: norm, attention (q/k/v/o projections, optional q/k norms
 # on the head dimension, rotary), residual, norm, MLP, residual; then a final norm.
@@ -65,7 +65,7 @@ class PackedDecoder:
         cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]
         rotary = (cos[0, :, None, :], sin[0, :, None, :])
         masks = _Masks(input_ids.device, causal=self._causal)
-        seqs = None if packing.uniform else sequences(lengths, flat.device, flat.dtype, self._head_dim)
+        seqs = packing.varlen(flat.dtype, self._head_dim)
         for layer, window in zip(self._base.layers, self._windows, strict=True):
             attended = self._attend(
                 layer.self_attn, layer.input_layernorm(flat), rotary, packing, masks, window, seqs

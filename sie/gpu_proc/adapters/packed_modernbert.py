@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
-from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
+from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend
 
 
 class PackedModernBert:
@@ -72,9 +72,7 @@ class PackedModernBert:
             for kind in set(self._types)
         }
         windows = _Windows(input_ids.device)
-        seqs = None
-        if not packing.uniform and key_mask is None:
-            seqs = sequences(lengths, flat.device, flat.dtype, self._head_dim)
+        seqs = packing.varlen(flat.dtype, self._head_dim)
         for layer, kind, window in zip(self._base.layers, self._types, self._windows, strict=True):
             hidden = layer.attn_norm(flat)
             attended = self._attend(layer.attn, hidden, rotary[kind], packing, windows, window, seqs)
