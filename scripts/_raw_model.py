@@ -9,6 +9,8 @@ the same work as the server's device process, minus everything that is not the m
   (query, passage) pairs;
 - "tokens" (ColBERT, hybrid): AutoModel's last hidden states (their small linear heads left out).
 For the score task of a bi-encoder family, each request's query and its passages are encoded.
+`linear="onednn"` swaps the model's linear layers to the ones a CPU device serves with when its
+probe picks oneDNN (sie.gpu_proc.cpu_linear), so that the baseline runs the same kernels.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def measure_raw(
     models_dir: str | None = None,
     batch_size: int = 64,
     singles: int = 200,
+    linear: str = "torch",
 ) -> dict[str, Any]:
     """Items per second over `texts` in length-sorted batches, and the median single forward.
 
@@ -57,7 +60,7 @@ def measure_raw(
     tokenizer.no_padding()  # MiniLM's tokenizer.json pads to 128 tokens
     tokenizer.enable_truncation(config.max_sequence_length or 512)
     kind = raw_kind(config.family, task)
-    forward = load_forward(kind, folder, config.profile().adapter_options.runtime.pooling)
+    forward = load_forward(kind, folder, config.profile().adapter_options.runtime.pooling, linear)
     queries = queries if task == "score" else None
     groups = request_groups(tokenizer, kind, texts, queries)
 
@@ -86,6 +89,7 @@ def measure_raw(
         "raw_single_ms": round(statistics.median(forward_ms[10:] or forward_ms), 3),
         "raw_single_tokenize_ms": single_tokenize_ms(tokenizer, texts[: singles + 10]),
         "raw_torch_threads": threads,
+        "raw_linear": linear,
     }
 
 
@@ -127,15 +131,19 @@ def batch_tensors(encodings: list[Any]) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def load_forward(kind: str, folder: Path, pooling: str) -> Callable[[dict[str, Any]], Any]:
+def load_forward(kind: str, folder: Path, pooling: str, linear: str) -> Callable[[dict[str, Any]], Any]:
     import torch
     import transformers
+
+    from sie.gpu_proc.cpu_linear import swap_linears
 
     auto = {
         "sparse": transformers.AutoModelForMaskedLM,
         "pairs": transformers.AutoModelForSequenceClassification,
     }.get(kind, transformers.AutoModel)
     model = auto.from_pretrained(str(folder), local_files_only=True).eval()
+    if linear == "onednn":
+        swap_linears([model])
     uses_types = int(getattr(model.config, "type_vocab_size", 0) or 0) > 1
 
     def run(batch: dict[str, Any]) -> Any:

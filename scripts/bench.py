@@ -32,7 +32,10 @@ score: the (query, passage) pairs of a cross-encoder, or the query and passages 
 `torch.set_num_threads(available cores)`, everything sorted by length in batches of 64
 (`raw_items_per_s`, tokenizing included), and the median of single forwards (`raw_single_ms`: one
 text for encode, one request's query and passages for score; `raw_single_tokenize_ms` is the
-tokenizer call of one text on top).
+tokenizer call of one text on top). Its linear layers are the ones the server's CPU device uses
+(`--cpu-linear`, else `SIE_CPU_LINEAR`, else the same start-up probe), so `ratio` compares the same
+kernels; when that is oneDNN, plain transformers is measured too (`raw_torch_linear_items_per_s`,
+`ratio_vs_torch_linear`).
 
 The last line of output is one JSON object.
 """
@@ -323,6 +326,19 @@ def summarize(stats: Stats, elapsed_s: float) -> dict[str, Any]:
     return out
 
 
+def server_linear(server_args: list[str]) -> str:
+    """The linear layers ("onednn" or "torch") the server's CPU device will use (sie.gpu_proc.cpu_linear)."""
+    from sie.gpu_proc.cpu_linear import onednn_wanted
+
+    choice = os.environ.get("SIE_CPU_LINEAR", "auto")
+    for i, arg in enumerate(server_args):
+        if arg.startswith("--cpu-linear="):
+            choice = arg.split("=", 1)[1]
+        elif arg == "--cpu-linear" and i + 1 < len(server_args):
+            choice = server_args[i + 1]
+    return "onednn" if onednn_wanted(choice) else "torch"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -387,8 +403,14 @@ def main(argv: list[str] | None = None) -> int:
         print("measuring the raw model (no server running) ...", file=sys.stderr)
         # Exactly the texts the requests carry (the pool's tail that fills no request is left out).
         used = texts[: n_requests * args.items_per_request]
-        raw = measure_raw(args.model, used, task=args.task, queries=queries, models_dir=args.models_dir)
+        linear = server_linear(args.server_arg)
+        raw = measure_raw(
+            args.model, used, task=args.task, queries=queries, models_dir=args.models_dir, linear=linear
+        )
         result.update(raw)
+        if linear != "torch":  # also what plain transformers does with torch's own linear layers
+            plain = measure_raw(args.model, used, task=args.task, queries=queries, models_dir=args.models_dir)
+            result["raw_torch_linear_items_per_s"] = plain["raw_items_per_s"]
         print(json.dumps(result), file=sys.stderr)
     process, url, server_argv, log_path = (None, args.url, None, None)
     if url is None:
@@ -409,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     result.update(summarize(stats, elapsed))
     if "raw_items_per_s" in result:
         result["ratio"] = round(result["items_per_s"] / result["raw_items_per_s"], 3)
+        if "raw_torch_linear_items_per_s" in result:
+            result["ratio_vs_torch_linear"] = round(
+                result["items_per_s"] / result["raw_torch_linear_items_per_s"], 3
+            )
         result["p50_minus_raw_single_ms"] = round(result["p50_ms"] - result["raw_single_ms"], 3)
     result.update(
         {

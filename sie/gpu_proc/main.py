@@ -11,6 +11,7 @@ from transformers.utils import logging as transformers_logging
 from sie.gpu_proc.adapters.base import load_adapter
 from sie.gpu_proc.attention import configure_attention
 from sie.gpu_proc.batcher import Batcher, token_budget
+from sie.gpu_proc.cpu_linear import onednn_wanted, with_onednn_linears
 from sie.gpu_proc.cpu_load import OthersLoad
 from sie.gpu_proc.device_stats import attach_device_stats
 from sie.gpu_proc.eviction import MemoryManager
@@ -113,12 +114,15 @@ def keep_models(
     """The registry of this device's models and the memory manager that decides what goes."""
     # A bound on a CPU device counts what the models hold (read from the registry made just below).
     probe = probe_for(spec.device, settings.device_memory_bytes, held_bytes=lambda: registry.held_bytes())
+    loader = load_adapter
+    if spec.device == "cpu" and onednn_wanted(settings.cpu_linear):
+        loader = with_onednn_linears(load_adapter)
     registry = Registry(
         catalog,
         control,
         spec.index,
         spec.device,
-        loader=load_adapter,
+        loader=loader,
         on_change=doorbell.ring,
         failure_cooldown_s=settings.load_failure_cooldown_s,
         release=probe.release,

@@ -88,7 +88,7 @@ class ThreadPolicy:
 def linear_weights(holder: object) -> float:
     """Weights of every Linear layer `holder` keeps, directly or one object down (embedding tables
     cost no FLOPs per token). Holding no torch modules at all (an ONNX session) counts as HEAVY."""
-    modules = _modules_in(holder, depth=2)
+    modules = modules_of(holder)
     if not modules:
         return HEAVY
     return float(sum(m.weight.numel() for m in _unique_linear(modules)))
@@ -105,11 +105,15 @@ def _unique_linear(modules: list[torch.nn.Module]) -> list[torch.nn.Linear]:
     return list(found.values())
 
 
-def _modules_in(holder: object, depth: int) -> list[torch.nn.Module]:
+def modules_of(holder: object, depth: int = 2) -> list[torch.nn.Module]:
+    """The torch modules an adapter keeps in its attributes, directly, in a list, tuple or dict, or
+    one object down (`depth`)."""
     found: list[torch.nn.Module] = []
     for value in getattr(holder, "__dict__", {}).values():
-        if isinstance(value, torch.nn.Module):
-            found.append(value)
-        elif depth > 1 and hasattr(value, "__dict__") and not isinstance(value, type):
-            found += _modules_in(value, depth - 1)
+        values = list(value.values()) if isinstance(value, dict) else value
+        for item in values if isinstance(values, (list, tuple)) else [values]:
+            if isinstance(item, torch.nn.Module):
+                found.append(item)
+            elif depth > 1 and hasattr(item, "__dict__") and not isinstance(item, type):
+                found += modules_of(item, depth - 1)
     return found
