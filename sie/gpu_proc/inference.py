@@ -1,19 +1,27 @@
-"""The inference thread: runs one batch at a time while the loop thread drains rings and publishes.
+"""The inference threads: run batches while the loop thread drains rings and publishes.
 (A light CPU batch on an idle device runs on the loop thread instead; see `InferenceThread.submit`.)
 
 Torch releases the GIL inside its kernels, so the loop keeps forming the next batch and writing
 results while a forward pass runs. Finished batches come back through a deque; the thread rings
 the device doorbell so the loop wakes for them exactly like it wakes for new requests.
+
+A GPU device runs one batch at a time. A CPU device runs up to two at once, each on its share of
+the cores: a forward split over the cores by OpenMP stalls at every barrier while a frontend holds
+one of them, and two forwards on a core each never wait on each other. Measured on the 2-core VM
+(MiniLM, 32 clients): 13-17 % more items/s. Two batches share an adapter only when it says its
+forward keeps no state between calls (`Adapter.concurrent_forwards`); a model with LoRA adapters
+runs one batch at a time anyway, since the active adapter is the model's state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sie.gpu_proc.batcher import Batch, PendingItem
@@ -46,6 +54,7 @@ class InferenceThread:
         registry: Registry,
         wake: Callable[[], None],
         evict_other: Callable[[int], bool] = lambda running: False,
+        workers: int = 1,
     ) -> None:
         self._runner = runner
         self._registry = registry
@@ -54,8 +63,15 @@ class InferenceThread:
         self._inbox: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         self._finished: deque[Finished] = deque()
         self.in_flight = 0  # batches submitted and not yet taken back; loop thread only
-        self._thread = threading.Thread(target=self._run, name="sie-inference", daemon=True)
-        self._thread.start()
+        self.depth = max(1, workers)  # batches the loop hands over at once: one per worker
+        self._running = 0  # forwards running now, for each one's share of the cores
+        self._running_lock = threading.Lock()
+        self._exclusive: dict[int, threading.Lock] = {}  # per model slot, for adapters with state
+        self._threads = [
+            threading.Thread(target=self._run, name="sie-inference", daemon=True) for _ in range(self.depth)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, batch: Batch) -> None:
         """Run `batch`: on this thread when it is light and nothing else runs, else queue it.
@@ -85,8 +101,11 @@ class InferenceThread:
         return done
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._inbox.put(None)
-        self._thread.join(timeout_s)
+        for _ in self._threads:
+            self._inbox.put(None)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         while (batch := self._inbox.get()) is not None:
@@ -101,9 +120,13 @@ class InferenceThread:
                 return Finished(batch, None, Status.MODEL_NOT_LOADED, "model is not loaded", started, started)
             lora = lora_of(batch.key.config_key)
             try:
-                with self._registry.lora_applied(slot, lora):  # batches never mix adapters
+                with (
+                    self._one_at_a_time(slot, adapter),
+                    self._registry.lora_applied(slot, lora),  # batches never mix adapters
+                    self._counted() as sharing,
+                ):
                     got = run_recovering(
-                        lambda part: self._runner.run(adapter, part),
+                        lambda part: self._runner.run(adapter, part, sharing),
                         batch,
                         free_cache=_release_cached_memory,
                         evict_other=lambda: self._evict_other(slot),
@@ -119,6 +142,23 @@ class InferenceThread:
         if got.done is None:
             return Finished(batch, None, Status.OUT_OF_MEMORY, got.message, started, finished)
         return Finished(got.done, got.outputs, Status.OK, got.message, started, finished, tuple(got.failed))
+
+    def _one_at_a_time(self, slot: int, adapter: object) -> contextlib.AbstractContextManager[object]:
+        if self.depth == 1 or getattr(adapter, "concurrent_forwards", False):
+            return contextlib.nullcontext()
+        return self._exclusive.setdefault(slot, threading.Lock())
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[int]:
+        """The forwards running now, this one included, while the body runs."""
+        with self._running_lock:
+            self._running += 1
+            sharing = self._running
+        try:
+            yield sharing
+        finally:
+            with self._running_lock:
+                self._running -= 1
 
 
 def _release_cached_memory() -> None:

@@ -45,11 +45,10 @@ from sie.shm.ring import Ring, RingMissing
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.25
-# Batches handed to the inference thread at once. One: the next batch is formed the moment the
-# running one finishes, from everything that arrived meanwhile. A batch formed earlier and queued
-# behind it would be small and sealed too soon, and the inference thread runs one batch at a time
-# anyway, so queueing buys no overlap (measured at 32 clients on 2 cores: 84 -> ~105 items/s).
-PIPELINE_DEPTH = 1
+# Batches are handed to the inference threads one per worker (`inference.depth`), never queued
+# behind a running one: the next batch is formed the moment a worker frees, from everything that
+# arrived meanwhile. A batch formed earlier and queued would be small and sealed too soon (measured
+# at 32 clients on 2 cores with one worker: 84 -> ~105 items/s without the queue).
 # How often per-model queue depths go to the control block (for /v1/models): often enough to watch
 # a burst, rarely enough that a busy loop does not write shared memory per message.
 QUEUE_DEPTH_EVERY_S = 0.005
@@ -154,7 +153,7 @@ class DeviceLoop:
         With the pipeline full only the inference thread's doorbell can change anything; waking on
         an already passed deadline would spin this thread and starve inference of the GIL.
         """
-        if self.inference.in_flight < PIPELINE_DEPTH and len(self.batcher):
+        if self.inference.in_flight < self.inference.depth and len(self.batcher):
             deadline = self.batcher.seconds_to_deadline(time.monotonic())
             if deadline is not None:
                 return min(max(deadline, 0.0), IDLE_WAIT_S)
@@ -250,7 +249,7 @@ class DeviceLoop:
     def _dispatch(self) -> None:
         # A group goes when it is full or its oldest item has waited max_batch_wait_ms, even on an
         # idle device: that wait is the knob that trades latency for fuller batches (0 = never wait).
-        while self.inference.in_flight < PIPELINE_DEPTH:
+        while self.inference.in_flight < self.inference.depth:
             batch = self.batcher.next_batch(time.monotonic(), idle=False)
             if batch is None:
                 return

@@ -20,7 +20,7 @@ from sie.gpu_proc.loop import DeviceLoop
 from sie.gpu_proc.memory import probe_for
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
-from sie.gpu_proc.threads import ThreadPolicy
+from sie.gpu_proc.threads import ThreadPolicy, concurrent_batches
 from sie.gpu_proc.weights import cluster_weights
 from sie.logs import configure_logging
 from sie.model_config import Catalog
@@ -64,6 +64,7 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
         registry,
         wake=doorbell.ring,
         evict_other=memory.evict_for_oom,
+        workers=1 if threads is None else concurrent_batches(available_cores(), settings.torch_threads),
     )
     loop = DeviceLoop(
         device_index=spec.index,

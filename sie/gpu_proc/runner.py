@@ -35,10 +35,13 @@ class Runner:
         self._threads = threads  # CPU only: intra-op threads chosen per batch
         self._min_chunk_tokens = MIN_CHUNK_TOKENS.get(device.type, MIN_CHUNK_TOKENS["cpu"])
 
-    def run(self, adapter: Adapter, batch: Batch) -> dict[ResultKind, Output]:
-        """Every kind the batch asked for; row i of each belongs to batch.items[i]."""
+    def run(self, adapter: Adapter, batch: Batch, sharing: int = 1) -> dict[ResultKind, Output]:
+        """Every kind the batch asked for; row i of each belongs to batch.items[i].
+
+        `sharing`: the forwards this process runs at once, this one included (CPU: each gets its
+        share of the cores)."""
         if self._threads is not None:
-            self._threads.choose(adapter, *_work(batch))
+            self._threads.choose(adapter, *_work(batch), sharing=sharing)
         return self._run(adapter, batch)
 
     def is_light(self, adapter: Adapter, batch: Batch) -> bool:

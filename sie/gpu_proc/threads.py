@@ -21,7 +21,9 @@ cores, less the cores the others kept busy over the last 0.2 s, rounded (sie.gpu
 which leaves this process's own threads out, so a parallel forward does not count against
 itself). On the 2-core VM that is two threads while the others use under half a core (MiniLM
 at 32 clients: the frontends and the client use 0.04-0.23) and one while frontends decode images.
-An operator's `--torch-threads` is taken as given and never changed.
+When a CPU device runs two batches at once (sie.gpu_proc.inference), each heavy one gets half of
+those cores. An operator's `--torch-threads` is taken as given and never changed, and then the
+device runs one batch at a time unless the cores hold two forwards of that many threads.
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ class ThreadPolicy:
         self._token_flops: weakref.WeakKeyDictionary[Adapter, float] = weakref.WeakKeyDictionary()
         self._set(fixed or self._most)
 
-    def choose(self, adapter: Adapter, work: int, is_media: bool) -> int:
-        """Set and return the threads for one forward of `work` tokens (media: items)."""
+    def choose(self, adapter: Adapter, work: int, is_media: bool, sharing: int = 1) -> int:
+        """Set and return the threads for one forward of `work` tokens (media: items), one of
+        `sharing` forwards this process runs at once."""
         if self._fixed is not None:
             return self._fixed
-        threads = 1 if self.is_light(adapter, work, is_media) else self._free_cores()
+        heavy = not self.is_light(adapter, work, is_media)
+        threads = max(1, self._free_cores() // max(1, sharing)) if heavy else 1
         self._set(threads)
         return threads
 
@@ -83,6 +87,11 @@ class ThreadPolicy:
         # what that thread had set before.
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
+
+
+def concurrent_batches(cores: int, fixed_threads: int | None) -> int:
+    """Batches a CPU device runs at once: two when its cores hold two forwards, else one."""
+    return 2 if cores >= 2 * (fixed_threads or 1) else 1
 
 
 def linear_weights(holder: object) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sie.gpu_proc.batcher import Batcher
-from sie.gpu_proc.loop import IDLE_WAIT_S, PIPELINE_DEPTH, QUEUE_DEPTH_EVERY_S, DeviceLoop
+from sie.gpu_proc.loop import IDLE_WAIT_S, QUEUE_DEPTH_EVERY_S, DeviceLoop
 from sie.shm.layout import Op, TokenBatch
 
 
@@ -23,7 +23,7 @@ def loop_with(batcher: Batcher, in_flight: int) -> DeviceLoop:
         eventfds=[],
         registry=unused,
         batcher=batcher,
-        inference=SimpleNamespace(in_flight=in_flight),  # type: ignore[arg-type]
+        inference=SimpleNamespace(in_flight=in_flight, depth=1),  # type: ignore[arg-type]
         supervisor_pid=0,
     )
 
@@ -44,7 +44,7 @@ def overdue_batcher() -> Batcher:
 def test_full_pipeline_sleeps_until_the_doorbell_instead_of_spinning() -> None:
     # Regression: an overdue group made the loop wait 0 s while a batch ran, spinning this thread
     # and starving the inference thread of the GIL (32 clients: 105 -> 29 items/s).
-    assert loop_with(overdue_batcher(), in_flight=PIPELINE_DEPTH)._wait_s() == IDLE_WAIT_S
+    assert loop_with(overdue_batcher(), in_flight=1)._wait_s() == IDLE_WAIT_S
 
 
 def test_idle_device_holds_a_young_group_for_its_wait_then_runs_it() -> None:
@@ -58,7 +58,7 @@ def test_idle_device_holds_a_young_group_for_its_wait_then_runs_it() -> None:
     )
     assert batcher.try_add(request, source=0, now=time.monotonic())
     submitted: list[Any] = []
-    inference = SimpleNamespace(in_flight=0, submit=submitted.append)
+    inference = SimpleNamespace(in_flight=0, depth=1, submit=submitted.append)
     loop = loop_with(batcher, in_flight=0)
     loop.inference = inference  # type: ignore[assignment]
     loop._dispatch()
@@ -80,7 +80,7 @@ def test_zero_wait_runs_at_once() -> None:
     assert batcher.try_add(request, source=0, now=time.monotonic())
     submitted: list[Any] = []
     loop = loop_with(batcher, in_flight=0)
-    loop.inference = SimpleNamespace(in_flight=0, submit=submitted.append)  # type: ignore[assignment]
+    loop.inference = SimpleNamespace(in_flight=0, depth=1, submit=submitted.append)  # type: ignore[assignment]
     loop._dispatch()
     assert len(submitted) == 1
 
@@ -101,7 +101,7 @@ def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
         eventfds=[],
         registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
         batcher=batcher,
-        inference=SimpleNamespace(in_flight=0),  # type: ignore[arg-type]
+        inference=SimpleNamespace(in_flight=0, depth=1),  # type: ignore[arg-type]
         supervisor_pid=0,
     )
     loop._publish_queue_depths(100.0)

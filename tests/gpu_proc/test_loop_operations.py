@@ -30,7 +30,7 @@ class Rig:
         self.submitted: list[Batch] = []
         adapter = SimpleNamespace(kinds=frozenset({ResultKind.DENSE}))
         registry: Any = SimpleNamespace(get=lambda slot: adapter, touch=lambda slot: None, catalog=[None])
-        inference: Any = SimpleNamespace(in_flight=0, submit=self.submitted.append)
+        inference: Any = SimpleNamespace(in_flight=0, depth=1, submit=self.submitted.append)
         self.loop = DeviceLoop(
             device_index=0,
             namespace=None,  # type: ignore[arg-type]

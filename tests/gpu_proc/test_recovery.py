@@ -151,7 +151,7 @@ def test_the_inference_thread_answers_what_fits_and_survives(tmp_path: Path) -> 
     device = Device(budget=15)
     # Never light, so every batch takes the inference thread (the inline path is tested below).
     runner: Any = SimpleNamespace(
-        run=lambda adapter, batch: device.forward(batch), is_light=lambda a, b: False
+        run=lambda adapter, batch, sharing=1: device.forward(batch), is_light=lambda a, b: False
     )
     evicted: list[int] = []
     woken = threading.Event()
@@ -183,7 +183,7 @@ def test_a_light_batch_on_an_idle_device_runs_on_the_submitting_thread(tmp_path:
     release = threading.Event()
     ran_on: list[str] = []
 
-    def forward(adapter: Any, batch: Batch) -> dict[ResultKind, Output]:
+    def forward(adapter: Any, batch: Batch, sharing: int = 1) -> dict[ResultKind, Output]:
         ran_on.append(threading.current_thread().name)
         if len(batch.items) > 1:  # the heavy one: holds the inference thread until released
             release.wait(10)

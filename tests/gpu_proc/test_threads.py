@@ -58,6 +58,15 @@ def test_a_light_batch_runs_on_one_thread_and_a_heavy_one_on_every_core(
     assert policy.choose(adapter, light + 2, is_media=False) == 2 and torch.get_num_threads() == 2
 
 
+def test_forwards_running_at_once_share_the_cores(adapter: Adapter, restore_threads: None) -> None:
+    policy = ThreadPolicy(most=4)
+    heavy = int(PARALLEL_MIN_FLOPS // (2 * linear_weights(adapter))) + 1
+    assert policy.choose(adapter, heavy, is_media=False, sharing=1) == 4
+    assert policy.choose(adapter, heavy, is_media=False, sharing=2) == 2 and torch.get_num_threads() == 2
+    assert policy.choose(adapter, heavy, is_media=False, sharing=8) == 1
+    assert policy.choose(adapter, 1, is_media=False, sharing=2) == 1
+
+
 def test_media_cost_what_the_adapter_says_or_count_as_heavy(adapter: Adapter, restore_threads: None) -> None:
     policy = ThreadPolicy(most=2)
     assert policy.choose(adapter, 1, is_media=True) == 2  # no media_flops_per_item: heavy

@@ -53,6 +53,9 @@ class Adapter(Protocol):
     # The forward spends no compute on padding, so the runner hands it the whole batch instead of
     # length runs.
     is_padding_free: bool = False
+    # Two batches may run through the adapter at once on a CPU device (sie.gpu_proc.inference): its
+    # forward keeps nothing between calls (no reused buffers, caches or counters).
+    concurrent_forwards: bool = False
     # Multiply-adds of one image or audio window (sie.gpu_proc.threads picks the thread count from
     # it); None: not known, treated as heavy.
     media_flops_per_item: float | None = None

@@ -50,6 +50,8 @@ class CrossEncoderAdapter(Adapter):
         self._head = classifier_head(model)
         self._encoder = BaseEncoder(model.base_model) if self._head is not None else None
         self.is_padding_free = self._encoder is not None and self._encoder.is_padding_free
+        # Our packed forward keeps no state; a model's own code (remote code included) might.
+        self.concurrent_forwards = self.is_padding_free
 
     @classmethod
     def load(

@@ -57,6 +57,8 @@ class DenseAdapter(Adapter):
         self._head = head  # the Dense modules after pooling, in the model's dtype and device
         self._encoder: BaseEncoder | None = BaseEncoder(model, bidirectional=bidirectional)
         self.is_padding_free = self._encoder.is_padding_free
+        # Our packed forward keeps no state; a model's own code (remote code included) might.
+        self.concurrent_forwards = self.is_padding_free
         self._memory_bytes = tensor_bytes(model) + (0 if head is None else tensor_bytes(head))
 
     @classmethod

@@ -51,6 +51,8 @@ class SpladeAdapter(Adapter):
         self._encoder: BaseEncoder | None = BaseEncoder(model.base_model) if head is not None else None
         self._head = head
         self.is_padding_free = self._encoder is not None and self._encoder.is_padding_free
+        # Our packed forward keeps no state; a model's own code (remote code included) might.
+        self.concurrent_forwards = self.is_padding_free
 
     @classmethod
     def load(
