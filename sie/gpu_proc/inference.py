@@ -125,6 +125,7 @@ class InferenceThread:
                     self._registry.lora_applied(slot, lora),  # batches never mix adapters
                     self._counted() as sharing,
                 ):
+                    started = time.monotonic_ns()  # a wait for the model's turn is queue time
                     got = run_recovering(
                         lambda part: self._runner.run(adapter, part, sharing),
                         batch,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -100,6 +101,9 @@ def test_an_adapter_with_state_runs_one_batch_at_a_time(tmp_path: Path) -> None:
         done = finish(thread, [batch_of([3]), batch_of([4]), batch_of([5])])
     assert [d.status for d in done] == [Status.OK] * 3
     assert overlap.most == 1 and overlap.sharing == [1, 1, 1]
+    # The wait for the model's turn is not inference time: each forward starts after the last ends.
+    spans = sorted((d.started_ns, d.finished_ns) for d in done)
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
 
 
 def test_one_worker_never_overlaps(tmp_path: Path) -> None:
