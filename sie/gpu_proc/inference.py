@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -63,15 +63,22 @@ class InferenceThread:
         self._inbox: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         self._finished: deque[Finished] = deque()
         self.in_flight = 0  # batches submitted and not yet taken back; loop thread only
-        self.depth = max(1, workers)  # batches the loop hands over at once: one per worker
+        self._workers = max(1, workers)
+        # In-flight batches, per model slot, through adapters that run one batch at a time.
+        self._solo: Counter[int] = Counter()
         self._running = 0  # forwards running now, for each one's share of the cores
         self._running_lock = threading.Lock()
         self._exclusive: dict[int, threading.Lock] = {}  # per model slot, for adapters with state
-        self._threads = [
-            threading.Thread(target=self._run, name="sie-inference", daemon=True) for _ in range(self.depth)
-        ]
+        self._threads = [self._new_worker() for _ in range(self._workers)]
         for thread in self._threads:
             thread.start()
+
+    @property
+    def depth(self) -> int:
+        """Batches the loop may hand over at once: one per worker, but one in all while a batch of
+        an adapter that runs alone is in flight, since a second batch of its model would wait
+        sealed when it could still grow."""
+        return 1 if self._solo.total() else self._workers
 
     def submit(self, batch: Batch) -> None:
         """Run `batch`: on this thread when it is light and nothing else runs, else queue it.
@@ -83,11 +90,21 @@ class InferenceThread:
         return at once); rings are not drained meanwhile, for no longer than that forward.
         """
         self.in_flight += 1
+        if self._workers > 1 and not getattr(
+            self._registry.get(batch.model_slot), "concurrent_forwards", False
+        ):
+            self._solo[batch.model_slot] += 1
         if self.in_flight == 1 and self._is_light(batch):
             self._finished.append(self._forward(batch))
             self._wake()
             return
         self._inbox.put(batch)
+
+    def _new_worker(self) -> threading.Thread:
+        return threading.Thread(target=self._run, name="sie-inference", daemon=True)
+
+    def _is_concurrent(self, slot: int) -> bool:
+        return bool(getattr(self._registry.get(slot), "concurrent_forwards", False))
 
     def _is_light(self, batch: Batch) -> bool:
         adapter = self._registry.get(batch.model_slot)
@@ -98,6 +115,9 @@ class InferenceThread:
         while self._finished:
             done.append(self._finished.popleft())
         self.in_flight -= len(done)
+        for finished in done:
+            if self._solo[finished.batch.model_slot] > 0:
+                self._solo[finished.batch.model_slot] -= 1
         return done
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -145,7 +165,7 @@ class InferenceThread:
         return Finished(got.done, got.outputs, Status.OK, got.message, started, finished, tuple(got.failed))
 
     def _one_at_a_time(self, slot: int, adapter: object) -> contextlib.AbstractContextManager[object]:
-        if self.depth == 1 or getattr(adapter, "concurrent_forwards", False):
+        if self._workers == 1 or getattr(adapter, "concurrent_forwards", False):
             return contextlib.nullcontext()
         return self._exclusive.setdefault(slot, threading.Lock())
 

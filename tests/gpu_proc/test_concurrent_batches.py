@@ -106,6 +106,20 @@ def test_an_adapter_with_state_runs_one_batch_at_a_time(tmp_path: Path) -> None:
     assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
 
 
+def test_while_an_adapter_with_state_runs_the_loop_hands_over_nothing_more(tmp_path: Path) -> None:
+    # A second batch of its model would wait sealed, when it could still grow in the batcher.
+    overlap = Overlap(hold_s=0.1)
+    for thread in started(tmp_path, overlap.forward, workers=2, concurrent=False):
+        assert thread.depth == 2
+        thread.submit(batch_of([3]))
+        assert thread.depth == 1
+        deadline = time.monotonic() + 5
+        while not thread.take_finished():
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert thread.depth == 2
+
+
 def test_one_worker_never_overlaps(tmp_path: Path) -> None:
     overlap = Overlap()
     for thread in started(tmp_path, overlap.forward, workers=1, concurrent=True):
