@@ -90,9 +90,7 @@ class InferenceThread:
         return at once); rings are not drained meanwhile, for no longer than that forward.
         """
         self.in_flight += 1
-        if self._workers > 1 and not getattr(
-            self._registry.get(batch.model_slot), "concurrent_forwards", False
-        ):
+        if self._workers > 1 and not _runs_concurrently(self._registry.get(batch.model_slot)):
             self._solo[batch.model_slot] += 1
         if self.in_flight == 1 and self._is_light(batch):
             self._finished.append(self._forward(batch))
@@ -102,9 +100,6 @@ class InferenceThread:
 
     def _new_worker(self) -> threading.Thread:
         return threading.Thread(target=self._run, name="sie-inference", daemon=True)
-
-    def _is_concurrent(self, slot: int) -> bool:
-        return bool(getattr(self._registry.get(slot), "concurrent_forwards", False))
 
     def _is_light(self, batch: Batch) -> bool:
         adapter = self._registry.get(batch.model_slot)
@@ -165,7 +160,7 @@ class InferenceThread:
         return Finished(got.done, got.outputs, Status.OK, got.message, started, finished, tuple(got.failed))
 
     def _one_at_a_time(self, slot: int, adapter: object) -> contextlib.AbstractContextManager[object]:
-        if self._workers == 1 or getattr(adapter, "concurrent_forwards", False):
+        if self._workers == 1 or _runs_concurrently(adapter):
             return contextlib.nullcontext()
         return self._exclusive.setdefault(slot, threading.Lock())
 
@@ -180,6 +175,11 @@ class InferenceThread:
         finally:
             with self._running_lock:
                 self._running -= 1
+
+
+def _runs_concurrently(adapter: object) -> bool:
+    """Whether the adapter may run two batches at once (`Adapter.concurrent_forwards`); None may not."""
+    return bool(getattr(adapter, "concurrent_forwards", False))
 
 
 def _release_cached_memory() -> None:
