@@ -327,16 +327,15 @@ def summarize(stats: Stats, elapsed_s: float) -> dict[str, Any]:
 
 
 def server_linear(server_args: list[str]) -> str:
-    """The linear layers ("onednn" or "torch") the server's CPU device will use (sie.gpu_proc.cpu_linear)."""
+    """The linear layers ("onednn" or "torch") the server's CPU device will use: its settings read
+    as `python -m sie serve` reads them, then the same choice (sie.gpu_proc.cpu_linear)."""
+    from sie.__main__ import build_parser
     from sie.gpu_proc.cpu_linear import onednn_wanted
+    from sie.settings import load_settings
 
-    choice = os.environ.get("SIE_CPU_LINEAR", "auto")
-    for i, arg in enumerate(server_args):
-        if arg.startswith("--cpu-linear="):
-            choice = arg.split("=", 1)[1]
-        elif arg == "--cpu-linear" and i + 1 < len(server_args):
-            choice = server_args[i + 1]
-    return "onednn" if onednn_wanted(choice) else "torch"
+    cli = vars(build_parser().parse_args(["serve", *server_args]))
+    settings = load_settings({k: v for k, v in cli.items() if k != "command"}, os.environ)
+    return "onednn" if onednn_wanted(settings.cpu_linear) else "torch"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
