@@ -90,9 +90,10 @@ class InferenceThread:
         return at once); rings are not drained meanwhile, for no longer than that forward.
         """
         self.in_flight += 1
-        if self._workers > 1 and not _runs_concurrently(self._registry.get(batch.model_slot)):
+        adapter = self._registry.get(batch.model_slot)
+        if self._workers > 1 and not _runs_concurrently(adapter):
             self._solo[batch.model_slot] += 1
-        if self.in_flight == 1 and self._is_light(batch):
+        if self.in_flight == 1 and adapter is not None and self._runner.is_light(adapter, batch):
             self._finished.append(self._forward(batch))
             self._wake()
             return
@@ -100,10 +101,6 @@ class InferenceThread:
 
     def _new_worker(self) -> threading.Thread:
         return threading.Thread(target=self._run, name="sie-inference", daemon=True)
-
-    def _is_light(self, batch: Batch) -> bool:
-        adapter = self._registry.get(batch.model_slot)
-        return adapter is not None and self._runner.is_light(adapter, batch)
 
     def take_finished(self) -> list[Finished]:
         done: list[Finished] = []
