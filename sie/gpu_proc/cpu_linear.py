@@ -104,13 +104,13 @@ def probe_speedup() -> float | None:
     """MKL's time over oneDNN's for one linear layer on one thread; None when oneDNN is missing
     or disagrees with `F.linear` beyond float32 rounding."""
     tokens, width, out = _PROBE_SHAPE
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(tokens, width, generator=generator)
-    weight = torch.randn(out, width, generator=generator) / width**0.5
-    bias = torch.randn(out, generator=generator)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the cores' other users (frontends) should not decide the choice
     try:
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(tokens, width, generator=generator)
+        weight = torch.randn(out, width, generator=generator) / width**0.5
+        bias = torch.randn(out, generator=generator)
         with torch.inference_mode():
             expected = F.linear(x, weight, bias)
             try:

@@ -11,6 +11,14 @@ one of them, and two forwards on a core each never wait on each other. Measured 
 (MiniLM, 32 clients): 13-17 % more items/s. Two batches share an adapter only when it says its
 forward keeps no state between calls (`Adapter.concurrent_forwards`); a model with LoRA adapters
 runs one batch at a time anyway, since the active adapter is the model's state.
+
+A lone batch always goes to the first worker, and a second worker that has been idle for
+HELPER_IDLE_S ends its thread (a fresh one starts with its next batch). libgomp keeps a thread's
+OpenMP team for as long as the thread lives, and once the teams of all threads hold more threads
+than there are cores it stops spinning between parallel regions and sleeps on a futex instead: a
+wake-up per region, hundreds per forward. On the 2-core VM a second idle team made a MiniLM-shaped
+forward of 48 tokens take 8.8 ms instead of 5.5 (scripts/bench_openmp_teams.py). The device's loop
+and loader threads form no team at all (sie.gpu_proc.threads.no_openmp_team).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from sie.shm.layout import ResultKind, Status, lora_of
 
 log = logging.getLogger(__name__)
 
+# A second worker idle this long ends its thread, and with it the thread's OpenMP team.
+HELPER_IDLE_S = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -45,6 +56,17 @@ class Finished:
     finished_ns: int
     # Items refused after out-of-memory recovery (`batch` then holds only the ones that ran).
     failed: tuple[PendingItem, ...] = ()
+
+
+class _Worker:
+    """One inference thread and its inbox; the thread may end when idle and start again."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.inbox: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()  # between handing a batch over and the thread ending
+        self.assigned = 0  # batches handed over and not yet taken back; loop thread only
 
 
 class InferenceThread:
@@ -60,25 +82,23 @@ class InferenceThread:
         self._registry = registry
         self._wake = wake
         self._evict_other = evict_other  # out of memory: unload a model other than this one
-        self._inbox: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
-        self._finished: deque[Finished] = deque()
+        # Each with the worker that ran it, None for a light batch run on the loop's thread.
+        self._finished: deque[tuple[Finished, _Worker | None]] = deque()
         self.in_flight = 0  # batches submitted and not yet taken back; loop thread only
-        self._workers = max(1, workers)
+        self._workers = [_Worker(index) for index in range(max(1, workers))]
         # In-flight batches, per model slot, through adapters that run one batch at a time.
         self._solo: Counter[int] = Counter()
         self._running = 0  # forwards running now, for each one's share of the cores
         self._running_lock = threading.Lock()
         self._exclusive: dict[int, threading.Lock] = {}  # per model slot, for adapters with state
-        self._threads = [self._new_worker() for _ in range(self._workers)]
-        for thread in self._threads:
-            thread.start()
+        self._start(self._workers[0])
 
     @property
     def depth(self) -> int:
         """Batches the loop may hand over at once: one per worker, but one in all while a batch of
         an adapter that runs alone is in flight, since a second batch of its model would wait
         sealed when it could still grow."""
-        return 1 if self._solo.total() else self._workers
+        return 1 if self._solo.total() else len(self._workers)
 
     def submit(self, batch: Batch) -> None:
         """Run `batch`: on this thread when it is light and nothing else runs, else queue it.
@@ -91,37 +111,65 @@ class InferenceThread:
         """
         self.in_flight += 1
         adapter = self._registry.get(batch.model_slot)
-        if self._workers > 1 and not _runs_concurrently(adapter):
+        if len(self._workers) > 1 and not _runs_concurrently(adapter):
             self._solo[batch.model_slot] += 1
         if self.in_flight == 1 and adapter is not None and self._runner.is_light(adapter, batch):
-            self._finished.append(self._forward(batch))
+            self._finished.append((self._forward(batch), None))
             self._wake()
             return
-        self._inbox.put(batch)
-
-    def _new_worker(self) -> threading.Thread:
-        return threading.Thread(target=self._run, name="sie-inference", daemon=True)
+        # The first free worker, so a lone batch always runs where the OpenMP team already is.
+        worker = min(self._workers, key=lambda w: (w.assigned, w.index))
+        worker.assigned += 1
+        with worker.lock:
+            if worker.thread is None:
+                self._start(worker)
+            worker.inbox.put(batch)
 
     def take_finished(self) -> list[Finished]:
         done: list[Finished] = []
         while self._finished:
-            done.append(self._finished.popleft())
-        self.in_flight -= len(done)
-        for finished in done:
+            finished, worker = self._finished.popleft()
+            done.append(finished)
+            if worker is not None:
+                worker.assigned -= 1
             if self._solo[finished.batch.model_slot] > 0:
                 self._solo[finished.batch.model_slot] -= 1
+        self.in_flight -= len(done)
         return done
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        for _ in self._threads:
-            self._inbox.put(None)
+        threads = []
+        for worker in self._workers:
+            with worker.lock:
+                if worker.thread is not None:
+                    threads.append(worker.thread)
+                    worker.inbox.put(None)
         deadline = time.monotonic() + timeout_s
-        for thread in self._threads:
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _run(self) -> None:
-        while (batch := self._inbox.get()) is not None:
-            self._finished.append(self._forward(batch))
+    def live_threads(self) -> int:
+        """Worker threads running now (a second worker's ends after HELPER_IDLE_S idle)."""
+        return sum(worker.thread is not None and worker.thread.is_alive() for worker in self._workers)
+
+    def _start(self, worker: _Worker) -> None:
+        worker.thread = threading.Thread(target=self._run, args=(worker,), name="sie-inference", daemon=True)
+        worker.thread.start()
+
+    def _run(self, worker: _Worker) -> None:
+        idle_s = None if worker.index == 0 else HELPER_IDLE_S
+        while True:
+            try:
+                batch = worker.inbox.get(timeout=idle_s)
+            except queue.Empty:
+                with worker.lock:
+                    if worker.inbox.empty():  # nothing handed over meanwhile: end, team and all
+                        worker.thread = None
+                        return
+                continue
+            if batch is None:
+                return
+            self._finished.append((self._forward(batch), worker))
             self._wake()
 
     def _forward(self, batch: Batch) -> Finished:
@@ -157,7 +205,7 @@ class InferenceThread:
         return Finished(got.done, got.outputs, Status.OK, got.message, started, finished, tuple(got.failed))
 
     def _one_at_a_time(self, slot: int, adapter: object) -> contextlib.AbstractContextManager[object]:
-        if self._workers == 1 or _runs_concurrently(adapter):
+        if len(self._workers) == 1 or _runs_concurrently(adapter):
             return contextlib.nullcontext()
         return self._exclusive.setdefault(slot, threading.Lock())
 

@@ -20,7 +20,7 @@ from sie.gpu_proc.loop import DeviceLoop
 from sie.gpu_proc.memory import probe_for
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
-from sie.gpu_proc.threads import ThreadPolicy, concurrent_batches
+from sie.gpu_proc.threads import ThreadPolicy, concurrent_batches, no_openmp_team
 from sie.gpu_proc.weights import cluster_weights
 from sie.logs import configure_logging
 from sie.model_config import Catalog
@@ -40,6 +40,7 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
     threads = None
     if spec.device == "cpu":
         threads = ThreadPolicy(available_cores(), settings.torch_threads, OthersLoad())
+        no_openmp_team()  # the loop's thread: light batches only (sie.gpu_proc.threads)
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
     configure_attention(settings.attention_backend)
@@ -128,6 +129,8 @@ def keep_models(
         failure_cooldown_s=settings.load_failure_cooldown_s,
         release=probe.release,
         max_loras=settings.max_loras_per_model,
+        # A CPU device's loads run on one thread: see sie.gpu_proc.threads.no_openmp_team.
+        loader_thread_setup=no_openmp_team if spec.device == "cpu" else None,
     )
     memory = MemoryManager(
         registry,

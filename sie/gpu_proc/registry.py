@@ -47,6 +47,7 @@ class Registry:
         failure_cooldown_s: float = 60.0,
         release: Callable[[], None] = lambda: None,
         max_loras: int = 10,
+        loader_thread_setup: Callable[[], None] | None = None,
     ) -> None:
         self.catalog = catalog
         self.control = control
@@ -69,7 +70,9 @@ class Registry:
         self._known_bytes: dict[int, int] = {}
         self._unloaded: deque[int] = deque()
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sie-loader")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="sie-loader", initializer=loader_thread_setup
+        )
         for slot in range(len(catalog)):
             control.set_model_state(device_index, slot, ModelState.AVAILABLE)
 

@@ -23,7 +23,9 @@ itself). On the 2-core VM that is two threads while the others use under half a 
 at 32 clients: the frontends and the client use 0.04-0.23) and one while frontends decode images.
 When a CPU device runs two batches at once (sie.gpu_proc.inference), each heavy one gets half of
 those cores. An operator's `--torch-threads` is taken as given and never changed, and then the
-device runs one batch at a time unless the cores hold two forwards of that many threads.
+device runs one batch at a time unless the cores hold two forwards of that many threads. The count
+is set on each thread that runs a batch, since OpenMP keeps one per thread and the device's loop
+and loader threads keep theirs at one (`no_openmp_team`).
 """
 
 from __future__ import annotations
@@ -47,12 +49,12 @@ class ThreadPolicy:
         self._fixed = fixed
         self._others = others
         self._token_flops: weakref.WeakKeyDictionary[Adapter, float] = weakref.WeakKeyDictionary()
-        self._set(fixed or self._most)
 
     def choose(self, adapter: Adapter, work: int, is_media: bool, sharing: int = 1) -> int:
         """Set and return the threads for one forward of `work` tokens (media: items), one of
         `sharing` forwards this process runs at once."""
         if self._fixed is not None:
+            self._set(self._fixed)
             return self._fixed
         heavy = not self.is_light(adapter, work, is_media)
         threads = max(1, self._free_cores() // max(1, sharing)) if heavy else 1
@@ -87,6 +89,17 @@ class ThreadPolicy:
         # what that thread had set before.
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
+
+
+def no_openmp_team() -> None:
+    """Keep the calling thread's torch work on the thread itself: a CPU device's loop and loader
+    threads, which run light batches and loads, never forwards worth more cores.
+
+    libgomp keeps an OpenMP team for as long as its thread lives, and once the teams of all threads
+    hold more threads than there are cores, every team sleeps between parallel regions instead of
+    spinning: a wake-up per region, hundreds per forward. So only the inference threads may form
+    teams (sie.gpu_proc.inference keeps theirs within the cores)."""
+    torch.set_num_threads(1)
 
 
 def concurrent_batches(cores: int, fixed_threads: int | None) -> int:

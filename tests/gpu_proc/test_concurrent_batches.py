@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 
+from sie.gpu_proc import inference
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.batcher import Batch
 from sie.gpu_proc.inference import Finished, InferenceThread
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.registry import Registry
 from sie.gpu_proc.runner import Runner
-from sie.gpu_proc.threads import concurrent_batches
+from sie.gpu_proc.threads import concurrent_batches, no_openmp_team
 from sie.shm.control import ModelState
 from sie.shm.layout import ResultKind, Status
 
@@ -171,3 +173,82 @@ def test_a_cpu_device_runs_two_batches_when_its_cores_hold_two_forwards(
     cores: int, fixed: int | None, batches: int
 ) -> None:
     assert concurrent_batches(cores, fixed) == batches
+
+
+def test_a_lone_batch_always_runs_on_the_first_worker(tmp_path: Path) -> None:
+    # Its OpenMP team lives on that thread: a lone batch elsewhere would build a second one.
+    ran_on: list[int] = []
+    overlap = Overlap(hold_s=0.005)
+
+    def forward(adapter: Any, batch: Batch, sharing: int = 1) -> dict[ResultKind, Output]:
+        ran_on.append(threading.get_ident())
+        return overlap.forward(adapter, batch, sharing)
+
+    for thread in started(tmp_path, forward, workers=2, concurrent=True):
+        for length in range(3, 15):
+            assert [d.status for d in finish(thread, [batch_of([length])])] == [Status.OK]
+    assert len(ran_on) == 12 and len(set(ran_on)) == 1
+
+
+def os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
+def test_an_idle_second_worker_ends_its_thread_and_its_openmp_team(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inference, "HELPER_IDLE_S", 0.1)
+    overlap = Overlap(hold_s=0.2)
+
+    def forward(adapter: Any, batch: Batch, sharing: int = 1) -> dict[ResultKind, Output]:
+        torch.set_num_threads(2)  # a team of two on whichever worker runs this
+        (torch.ones(1 << 20) * 2).sum()  # large enough for torch to run it in parallel
+        return overlap.forward(adapter, batch, sharing)
+
+    before = torch.get_num_threads()
+    try:
+        for thread in started(tmp_path, forward, workers=2, concurrent=True):
+            finish(thread, [batch_of([3])])  # the first worker and its team
+            lone = os_threads()
+            assert thread.live_threads() == 1
+            done = finish(thread, [batch_of([4]), batch_of([5])])
+            assert [d.status for d in done] == [Status.OK] * 2 and overlap.most == 2
+            assert os_threads() == lone + 2  # the second worker and the one thread of its team
+            wait_for(lambda t=thread, n=lone: t.live_threads() == 1 and os_threads() == n)
+            # A fresh second worker takes the next pair's second batch.
+            done = finish(thread, [batch_of([6]), batch_of([7])])
+            assert [d.status for d in done] == [Status.OK] * 2 and thread.live_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_loaders_thread_runs_the_setup_it_is_given(tmp_path: Path) -> None:
+    seen: list[int] = []
+    probe = FakeProbe(capacity=1 << 30)
+    load = fake_loader(probe)
+
+    def loader(*args: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return load(*args)
+
+    control = new_control(1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        catalog = catalog_of(tmp_path, ["m/a"])
+        registry = Registry(catalog, control, 0, "cpu", loader=loader, loader_thread_setup=no_openmp_team)
+        registry.request_load(0)
+        wait_state(control, 0, ModelState.LOADED)
+        assert seen == [1] and torch.get_num_threads() == 2  # the loader's count, not this thread's
+    finally:
+        torch.set_num_threads(before)
+        control.close()
+        control.unlink()
