@@ -73,14 +73,19 @@ def fresh_shapes() -> None:
     print(f"  300 fresh shapes: torch {mkl * 1e3:.0f} ms, oneDNN {onednn * 1e3:.0f} ms ({mkl / onednn:.2f}x)")
 
 
-def whole_forward(batch: int, length: int) -> None:
+def minilm_shaped_bert() -> torch.nn.Module:
+    """A BERT of MiniLM-L6's shapes (6 layers, hidden 384) with random weights, in eval mode."""
     import transformers
 
     config = transformers.BertConfig(
         hidden_size=HIDDEN, num_hidden_layers=6, num_attention_heads=12, intermediate_size=INTERMEDIATE
     )
     torch.manual_seed(0)
-    plain = transformers.BertModel(config).eval()
+    return transformers.BertModel(config).eval()
+
+
+def whole_forward(batch: int, length: int) -> None:
+    plain = minilm_shaped_bert()
     swapped = copy.deepcopy(plain)
     swap_linears([swapped])
     ids = torch.randint(1000, 20000, (batch, length))

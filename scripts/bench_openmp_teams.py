@@ -23,23 +23,13 @@ import threading
 import time
 
 import torch
-from transformers import BertConfig, BertModel
+from bench_cpu_linear import minilm_shaped_bert  # scripts/ is on sys.path when run as a script
 
 from sie.gpu_proc.cpu_linear import swap_linears
 from sie.settings import available_cores
 
 
-def minilm_shaped(linear: str) -> BertModel:
-    config = BertConfig(
-        hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536, vocab_size=30522
-    )
-    model = BertModel(config, add_pooling_layer=False).eval()
-    if linear == "onednn":
-        swap_linears([model])
-    return model
-
-
-def median_ms(model: BertModel, tokens: int, gap_s: float, forwards: int) -> float:
+def median_ms(model: torch.nn.Module, tokens: int, gap_s: float, forwards: int) -> float:
     ids = torch.randint(1000, 30000, (1, tokens), generator=torch.Generator().manual_seed(0))
     spent = []
     with torch.inference_mode():
@@ -68,7 +58,9 @@ def main() -> None:
     args = parser.parse_args()
     cores = available_cores()
     torch.set_num_threads(cores)
-    model = minilm_shaped(args.linear)
+    model = minilm_shaped_bert()
+    if args.linear == "onednn":
+        swap_linears([model])
 
     def measure() -> float:
         return round(median_ms(model, args.tokens, args.gap_ms / 1e3, args.forwards), 2)
