@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,7 @@ def test_packed_forwards_attend_through_pytorchs_varlen_kernel(
         pytest.skip("this PyTorch has no torch.nn.attention.varlen")
     calls: list[int] = []
 
+    @functools.wraps(real)  # the adapter reads the kernel's signature
     def counted(*args: object, **kwargs: object) -> torch.Tensor:
         calls.append(1)
         return real(*args, **kwargs)
@@ -67,6 +69,31 @@ def test_packed_forwards_attend_through_pytorchs_varlen_kernel(
     cosine = (gpu * cpu).sum(1) / (np.linalg.norm(gpu, axis=1) * np.linalg.norm(cpu, axis=1))
     assert cosine.min() > 0.999
     adapter.close()
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_a_grouped_query_decoder_attends_through_the_real_kernel(precision: str) -> None:
+    import transformers
+
+    from sie.gpu_proc.adapters import varlen
+    from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
+
+    from .test_varlen import DECODER, LENGTHS, batch
+
+    if varlen.Kernel.attend is None:
+        pytest.skip("this PyTorch has no torch.nn.attention.varlen")
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(transformers.Qwen3Config(**DECODER)).eval()
+    ids, _ = batch(LENGTHS, 100, seed=3)
+    with torch.inference_mode():
+        want = [model(input_ids=ids[row : row + 1, :n]).last_hidden_state[0] for row, n in enumerate(LENGTHS)]
+        packed = PackedDecoder.wrap(model.to("cuda", getattr(torch, precision)))
+        assert packed is not None
+        got = packed.hidden_states(ids.cuda(), LENGTHS).float().cpu()
+    assert not varlen.Kernel.failed  # 4 query heads over 2 key heads went through the kernel
+    for row, n in enumerate(LENGTHS):
+        cosine = torch.nn.functional.cosine_similarity(got[row, :n], want[row], dim=-1)
+        assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999)
 
 
 def test_index_arrays_reach_the_device_in_one_copy_unchanged() -> None:

@@ -6,6 +6,7 @@ kernel is compared with the padded forward in tests/gpu_proc/test_cuda.py, where
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -98,6 +99,43 @@ def test_decoders_attend_through_the_kernel_as_transformers_does(
             alone = model(input_ids=ids[row : row + 1, :n]).last_hidden_state[0]
             torch.testing.assert_close(got[row, :n], alone, rtol=0, atol=1e-4)
     assert kernel.windows == windows
+
+
+def older_kernel(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seq_q: torch.Tensor,
+    cu_seq_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    *,
+    return_aux: Any = None,
+    scale: float | None = None,
+    window_size: tuple[int, int] = varlen.FULL,
+) -> torch.Tensor:
+    """PyTorch 2.11's signature: no `enable_gqa`; its flash kernel attends fewer key heads as they are."""
+    grouped = q.shape[1] != k.shape[1]
+    return reference_kernel(
+        q, k, v, cu_seq_q, cu_seq_k, max_q, max_k, window_size=window_size, enable_gqa=grouped
+    )  # fmt: skip
+
+
+def test_a_kernel_without_the_gqa_flag_serves_grouped_key_heads(kernel: Calls) -> None:
+    kernel.kernel = older_kernel
+    monkey_signature = inspect.signature(older_kernel)
+    kernel.__signature__ = monkey_signature  # type: ignore[attr-defined]  # as the real kernel shows it
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(transformers.Qwen3Config(**DECODER)).eval()
+    packed = PackedDecoder.wrap(model)
+    assert packed is not None
+    ids, _ = batch(LENGTHS, 100, seed=3)
+    with torch.inference_mode():
+        got = packed.hidden_states(ids, LENGTHS)
+        for row, n in enumerate(LENGTHS):
+            alone = model(input_ids=ids[row : row + 1, :n]).last_hidden_state[0]
+            torch.testing.assert_close(got[row, :n], alone, rtol=0, atol=1e-4)
+    assert kernel.windows == [varlen.CAUSAL] * 2 and not varlen.Kernel.failed
 
 
 def test_a_failing_kernel_is_dropped_for_padded_groups(

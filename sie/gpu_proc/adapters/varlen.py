@@ -12,6 +12,8 @@ rest of the process if the kernel ever fails (an older PyTorch's signature, an u
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import logging
 from collections.abc import Callable
@@ -46,6 +48,17 @@ class Kernel:
     failed = False
 
 
+@functools.cache
+def _takes_gqa_flag(kernel: Callable[..., torch.Tensor]) -> bool:
+    """Whether `kernel` takes `enable_gqa`: PyTorch 2.11's does not (its flash kernel attends
+    grouped key heads as they are), later ones ask for it."""
+    try:
+        parameters = inspect.signature(kernel).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "enable_gqa" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
 @dataclass(frozen=True, slots=True)
 class Sequences:
     """Where each sequence of a packed stream starts, as the kernel takes it."""
@@ -77,10 +90,10 @@ def attend(
     kernel = Kernel.attend
     if kernel is None or Kernel.failed:
         return None
+    grouped = {"enable_gqa": True} if q.shape[1] != k.shape[1] and _takes_gqa_flag(kernel) else {}
     try:
         out = kernel(
-            q, k, v, seqs.offsets, seqs.offsets, seqs.longest, seqs.longest,
-            window_size=window, enable_gqa=q.shape[1] != k.shape[1],
+            q, k, v, seqs.offsets, seqs.offsets, seqs.longest, seqs.longest, window_size=window, **grouped
         )  # fmt: skip
         out = out[0] if isinstance(out, tuple) else out  # a version that returns the logsumexp too
         if not isinstance(out, torch.Tensor) or out.shape != q.shape:
