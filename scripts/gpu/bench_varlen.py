@@ -1,0 +1,102 @@
+"""The packed forwards with PyTorch's varlen attention kernel against padded attention groups.
+
+    python scripts/gpu/bench_varlen.py [--out FILE] [--cpu]
+
+MiniLM-L6, bge-base and Qwen3-0.6B shapes (random weights, float16 on CUDA), sie's packed
+forward (`hidden_states`) over one 27-token item and over batches of 32 and 64 items of 10-45
+tokens, first through the varlen kernel, then with it switched off (the padded groups every other
+device uses). Milliseconds per forward, synchronised. `--cpu` only checks the script runs: there
+the kernel never applies, so both columns time the padded path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "scripts" / "gpu"), str(REPO)]
+
+from build_models import BGE_BASE, MINILM_L6, QWEN3_06B, _qwen3_config  # noqa: E402
+
+from sie.gpu_proc.adapters import varlen  # noqa: E402
+from sie.gpu_proc.adapters.packed import PackedEncoder  # noqa: E402
+from sie.gpu_proc.adapters.packed_decoder import PackedDecoder  # noqa: E402
+
+BATCHES = (1, 32, 64)
+
+
+def _batch(rows: int, vocab: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
+    rng = np.random.default_rng(rows)
+    lengths = [27] if rows == 1 else rng.integers(10, 46, rows).tolist()
+    ids = torch.zeros((rows, max(lengths)), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.from_numpy(rng.integers(1000, vocab, n))
+    return ids.to(device), lengths
+
+
+def _time_ms(step: Any, device: torch.device, repeats: int) -> float:
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3 / repeats
+
+
+def measure(name: str, model: Any, packed: Any, device: torch.device, repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        for size in BATCHES:
+            ids, lengths = _batch(size, vocab, device)
+            row: dict[str, Any] = {"model": name, "items": size, "tokens": sum(lengths)}
+            for label, failed in (("varlen_ms", False), ("padded_ms", True)):
+                varlen.Kernel.failed = failed
+                step = lambda ids=ids, lengths=lengths: packed.hidden_states(ids, lengths)  # noqa: E731
+                row[label] = round(_time_ms(step, device, repeats), 3)
+            varlen.Kernel.failed = False
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--cpu", action="store_true")
+    args = parser.parse_args()
+    use_cuda = torch.cuda.is_available() and not args.cpu
+    device = torch.device("cuda" if use_cuda else "cpu")
+    dtype, repeats = (torch.float16, 30) if use_cuda else (torch.float32, 2)
+    torch.backends.cuda.enable_cudnn_sdp(False)  # as sie's device does
+    rows = []
+    for name, shape in (("all-MiniLM-L6-v2", MINILM_L6), ("bge-base-en-v1.5", BGE_BASE)):
+        model = transformers.BertModel(transformers.BertConfig(**shape), add_pooling_layer=False)
+        model = model.to(device, dtype).eval()
+        rows += measure(name, model, PackedEncoder.wrap(model), device, repeats)
+    qwen3 = transformers.AutoModel.from_config(_qwen3_config(QWEN3_06B)).to(device, dtype).eval()
+    rows += measure("Qwen3-0.6B", qwen3, PackedDecoder.wrap(qwen3), device, repeats)
+    if args.out:
+        args.out.write_text(
+            json.dumps({"device": str(device), "torch": torch.__version__, "rows": rows}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
