@@ -44,6 +44,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     response_ring_bytes: int = 16 * MIB
     torch_threads: int | None = None
     cpu_linear: Literal["auto", "onednn", "torch"] = "auto"
+    cuda_graphs: bool = True
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     # Images and audio (sie.frontend.media): each limit is a 400 before any large allocation.
     max_image_pixels: int = 50_000_000
@@ -122,6 +123,8 @@ HELP: dict[str, str] = {
     "light batch, else every core)",
     "cpu_linear": "linear layers of a CPU device's models: onednn or torch's own (MKL); auto: oneDNN "
     "where a start-up probe finds it at least 1.25x faster (AMD CPUs)",
+    "cuda_graphs": "on a GPU, replay small encoder batches (BERT family, up to 4,096 tokens) from CUDA "
+    "graphs captured per batch shape instead of launching each kernel",
     "event_loop": "frontend event loop: uvloop (auto: when installed) or asyncio",
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",

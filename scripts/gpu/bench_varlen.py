@@ -1,12 +1,14 @@
-"""The packed forwards with PyTorch's varlen attention kernel against padded attention groups.
+"""The packed forwards replayed from CUDA graphs, launched eagerly through PyTorch's varlen attention
+kernel, and launched eagerly with padded attention groups.
 
     python scripts/gpu/bench_varlen.py [--out FILE] [--cpu]
 
 MiniLM-L6, bge-base and Qwen3-0.6B shapes (random weights, float16 on CUDA), sie's packed
 forward (`hidden_states`) over one 27-token item and over batches of 32 and 64 items of 10-45
-tokens, first through the varlen kernel, then with it switched off (the padded groups every other
-device uses). Milliseconds per forward, synchronised. `--cpu` only checks the script runs: there
-the kernel never applies, so both columns time the padded path.
+tokens: replayed from CUDA graphs (the encoders; sie.gpu_proc.adapters.cuda_graphs), launched
+through the varlen kernel with graphs off, and with the kernel off too (the padded groups every
+other device uses). Milliseconds per forward, synchronised. `--cpu` only checks the script runs:
+there neither applies, so every column times the padded path.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path[:0] = [str(REPO / "scripts" / "gpu"), str(REPO)]
 from build_models import BGE_BASE, MINILM_L6, QWEN3_06B, _qwen3_config  # noqa: E402
 
 from sie.gpu_proc.adapters import varlen  # noqa: E402
+from sie.gpu_proc.adapters.cuda_graphs import Graphs  # noqa: E402
 from sie.gpu_proc.adapters.packed import PackedEncoder  # noqa: E402
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder  # noqa: E402
 
@@ -63,11 +66,15 @@ def measure(name: str, model: Any, packed: Any, device: torch.device, repeats: i
         for size in BATCHES:
             ids, lengths = _batch(size, vocab, device)
             row: dict[str, Any] = {"model": name, "items": size, "tokens": sum(lengths)}
-            for label, failed in (("varlen_ms", False), ("padded_ms", True)):
-                varlen.Kernel.failed = failed
+            for label, graphs, failed in (
+                ("graphs_ms", True, False),
+                ("varlen_ms", False, False),
+                ("padded_ms", False, True),
+            ):
+                Graphs.enabled, varlen.Kernel.failed = graphs, failed
                 step = lambda ids=ids, lengths=lengths: packed.hidden_states(ids, lengths)  # noqa: E731
                 row[label] = round(_time_ms(step, device, repeats), 3)
-            varlen.Kernel.failed = False
+            Graphs.enabled, varlen.Kernel.failed = True, False
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows

@@ -9,6 +9,7 @@ import torch
 from transformers.utils import logging as transformers_logging
 
 from sie.gpu_proc.adapters.base import load_adapter
+from sie.gpu_proc.adapters.cuda_graphs import Graphs
 from sie.gpu_proc.attention import configure_attention
 from sie.gpu_proc.batcher import Batcher, token_budget
 from sie.gpu_proc.cpu_linear import onednn_wanted, with_onednn_linears
@@ -44,6 +45,7 @@ def main(settings: Settings, spec: DeviceSpec) -> int:
     namespace = Namespace(spec.instance, spec.supervisor_pid)
     control = ControlBlock.attach(namespace.control())
     configure_attention(settings.attention_backend)
+    Graphs.enabled = settings.cuda_graphs
     stats, recorder = attach_device_stats(
         namespace, control, spec.index, spec.device, instrumentation=settings.instrumentation
     )

@@ -96,6 +96,35 @@ def test_a_grouped_query_decoder_attends_through_the_real_kernel(precision: str)
         assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999)
 
 
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_the_packed_encoder_replays_cuda_graphs_as_transformers_answers(precision: str) -> None:
+    from sie.gpu_proc.adapters import cuda_graphs, varlen
+    from sie.gpu_proc.adapters.packed import PackedEncoder
+
+    from .test_varlen import batch, bert
+
+    if varlen.Kernel.attend is None:
+        pytest.skip("this PyTorch has no torch.nn.attention.varlen")
+    assert cuda_graphs.Graphs.enabled
+    model = bert()
+    packed = PackedEncoder.wrap(model.to("cuda", getattr(torch, precision)))
+    reference = bert()  # the same seed: the same weights, float32 on the CPU
+    assert packed is not None
+    # four batches in one bucket (the later ones smaller, the fourth one item), then one in another
+    batches = ([9, 3, 17, 1, 12, 12, 6], 1), ([20, 19], 2), ([4, 3], 3), ([12], 4), ([40, 50, 7], 5)
+    for lengths, seed in batches:
+        ids, mask = batch(lengths, 300, seed=seed)
+        with torch.inference_mode():
+            want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+            got = packed.hidden_states(ids.cuda(), lengths).float().cpu()
+        real = mask.bool()
+        cosine = torch.nn.functional.cosine_similarity(got[real], want[real], dim=-1)
+        assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999), lengths
+        assert not got[~real].any()
+    graphs = packed._graphs
+    assert graphs is not None and not graphs.failed and len(graphs) == 2
+
+
 def test_index_arrays_reach_the_device_in_one_copy_unchanged() -> None:
     from sie.gpu_proc.transfer import to_device
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sie.gpu_proc.adapters.cuda_graphs import Graphs, StreamGraphs
 from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
 from sie.gpu_proc.transfer import to_device
 
@@ -101,6 +102,7 @@ class PackedEncoder:
         self._heads = int(config.num_attention_heads)
         pad = int(config.pad_token_id or 0)
         self._position_offset = pad + 1 if _POSITION_START[config.model_type] else 0
+        self._graphs: StreamGraphs | None = None  # made on the first CUDA batch
 
     @staticmethod
     def wrap(base: Any) -> PackedEncoder | None:
@@ -131,31 +133,56 @@ class PackedEncoder:
         them the others may attend to (ColBERT's query expansion computes tokens nobody attends to).
         """
         packing = plan(lengths, input_ids.shape[1], key_mask, input_ids.device)
-        flat = self._embed(input_ids, token_type_ids, packing)
-        seqs = packing.varlen(flat.dtype, flat.shape[-1] // self._heads)
-        for layer in self._base.encoder.layer:
-            flat = self._layer(layer, flat, packing, seqs)
+        ids = streamed(input_ids, packing)
+        positions = stream_positions(packing, input_ids) + self._position_offset
+        types = streamed(token_type_ids, packing) if token_type_ids is not None else torch.zeros_like(ids)
+        dtype = self._base.embeddings.word_embeddings.weight.dtype
+        head_dim = self._base.config.hidden_size // self._heads
+        seqs = packing.varlen(dtype, head_dim)
+        flat = None
+        if self._graphs_apply(ids.device) and key_mask is None:
+            # a uniform batch (one item, say) runs as a stream of equal sequences in a graph too
+            graph_seqs = seqs or sequences(lengths, ids.device, dtype, head_dim)
+            flat = self._graphed(ids, types, positions, graph_seqs) if graph_seqs is not None else None
+        if flat is None:
+            flat = self._embed(ids, types, positions)
+            for layer in self._base.encoder.layer:
+                flat = self._layer(layer, flat, packing, seqs)
         return unpacked(flat, packing)
 
-    def _embed(
-        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, packing: Packing
+    def _graphs_apply(self, device: torch.device) -> bool:
+        if self._graphs is not None and self._graphs.failed:
+            return False
+        return Graphs.enabled and (device.type == "cuda" or Graphs.anywhere)
+
+    def _graphed(
+        self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
+    ) -> torch.Tensor | None:
+        """The stream's hidden states replayed from a CUDA graph (sie.gpu_proc.adapters.cuda_graphs),
+        or None where the batch is too large for one."""
+        if self._graphs is None:
+            self._graphs = StreamGraphs(self._stream_body, ids.device)
+        return self._graphs.run(ids, types, positions, seqs)
+
+    def _stream_body(
+        self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
     ) -> torch.Tensor:
-        """The embedded stream of the packing's tokens (every token when it is uniform)."""
+        """Embeddings and layers over a stream attended through the varlen kernel alone: what a
+        CUDA graph records."""
+        flat = self._embed(ids, types, positions)
+        for layer in self._base.encoder.layer:
+            flat = self._layer(layer, flat, None, seqs)
+        return flat
+
+    def _embed(self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The embedded stream."""
         embeddings = self._base.embeddings
-        flat_positions = stream_positions(packing, input_ids) + self._position_offset
-        types = (
-            streamed(token_type_ids, packing)
-            if token_type_ids is not None
-            else torch.zeros_like(flat_positions)
-        )
-        hidden = embeddings.word_embeddings(streamed(input_ids, packing))
-        hidden = (
-            hidden + embeddings.token_type_embeddings(types) + embeddings.position_embeddings(flat_positions)
-        )
+        hidden = embeddings.word_embeddings(ids)
+        hidden = hidden + embeddings.token_type_embeddings(types) + embeddings.position_embeddings(positions)
         return embeddings.LayerNorm(hidden)
 
     def _layer(
-        self, layer: Any, hidden: torch.Tensor, packing: Packing, seqs: Sequences | None
+        self, layer: Any, hidden: torch.Tensor, packing: Packing | None, seqs: Sequences | None
     ) -> torch.Tensor:
         attention = layer.attention
         context = self._attend(attention.self, hidden, packing, seqs)
@@ -164,7 +191,7 @@ class PackedEncoder:
         return layer.output.LayerNorm(layer.output.dense(inner) + attended)
 
     def _attend(
-        self, self_attention: Any, hidden: torch.Tensor, packing: Packing, seqs: Sequences | None
+        self, self_attention: Any, hidden: torch.Tensor, packing: Packing | None, seqs: Sequences | None
     ) -> torch.Tensor:
         width = hidden.shape[-1]
         head_dim = width // self._heads
@@ -174,6 +201,8 @@ class PackedEncoder:
             out = attend(q, k, v, seqs, FULL)
             if out is not None:
                 return out.reshape(-1, width)
+        if packing is None:  # a graph's body: padded groups would need the batch's own plan
+            raise RuntimeError("varlen attention is unavailable")
         if packing.uniform:
             n, length = packing.shape
             q, k, v = (

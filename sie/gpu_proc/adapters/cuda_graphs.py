@@ -1,0 +1,162 @@
+"""CUDA graphs for the packed encoder's stream: one replay where an eager forward launches hundreds
+of kernels.
+
+A small encoder's forward on a GPU is bound by kernel launches: MiniLM-L6 takes about 1.6 ms on an
+H200 for one item or for 64, nearly all of it the host launching kernels, and a device process
+that launches one batch after another leaves the GPU idle most of the time. A CUDA graph records a
+forward's kernels once and replays them with one launch.
+
+A graph replays fixed shapes, so batches are rounded up to buckets: the stream's token count, the
+number of sequences and the longest sequence. Rows past the batch's tokens belong to no sequence:
+the varlen kernel leaves them alone and every other layer works row by row, so they never reach a
+real token, and the caller reads only the first rows. Sequences past the batch's are empty. Graphs
+are captured on first use of a bucket, share one memory pool per model, and the least recently used
+goes once MAX_GRAPHS are held. Any failure to capture turns them off for the model (its batches
+run eagerly from then on); out of memory stays the batch's own failure.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from sie.gpu_proc.adapters.varlen import Sequences
+
+log = logging.getLogger(__name__)
+
+# Stream tokens: steps of 64 to 1,024, then of 256 to the cap; longer batches run eagerly, since
+# their kernels run long enough that launching them costs a small share.
+TOKEN_BUCKETS = (*range(64, 1024, 64), *range(1024, 4096 + 1, 256))
+MAX_GRAPHS = 48
+MIN_SEQUENCES = 8
+MIN_LONGEST = 32
+
+StreamBody = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Sequences], torch.Tensor]
+
+
+class Graphs:
+    """The process's switch (the device sets it from `--cuda-graphs`). The CPU tests set `anywhere`
+    and record with a stand-in for the capture."""
+
+    enabled = True
+    anywhere = False
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    tokens: int
+    sequences: int
+    longest: int
+
+
+def bucket_for(tokens: int, sequences: int, longest: int) -> Bucket | None:
+    """The graph shape a batch runs in, or None when it is too large for one."""
+    at = bisect.bisect_left(TOKEN_BUCKETS, tokens)
+    if at == len(TOKEN_BUCKETS):
+        return None
+    return Bucket(
+        TOKEN_BUCKETS[at], _power_of_two(sequences, MIN_SEQUENCES), _power_of_two(longest, MIN_LONGEST)
+    )
+
+
+def _power_of_two(value: int, least: int) -> int:
+    return max(least, 1 << (value - 1).bit_length())
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """The static tensors a graph reads, filled before each replay."""
+
+    ids: torch.Tensor
+    types: torch.Tensor
+    positions: torch.Tensor
+    offsets: torch.Tensor  # int32 [bucket sequences + 1]
+
+    @staticmethod
+    def allocate(bucket: Bucket, device: torch.device) -> _Inputs:
+        ids, types, positions = (
+            torch.zeros(bucket.tokens, dtype=torch.long, device=device) for _ in range(3)
+        )
+        return _Inputs(
+            ids, types, positions, torch.zeros(bucket.sequences + 1, dtype=torch.int32, device=device)
+        )
+
+    def fill(self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences) -> None:
+        tokens, bounds = ids.shape[0], seqs.offsets.shape[0]
+        self.ids[:tokens].copy_(ids)  # rows past `tokens` keep earlier, valid ids
+        self.types[:tokens].copy_(types)
+        self.positions[:tokens].copy_(positions)
+        self.offsets[:bounds].copy_(seqs.offsets)
+        self.offsets[bounds:].fill_(tokens)  # the bucket's spare sequences are empty
+
+
+class StreamGraphs:
+    """Replays of `body(ids, types, positions, sequences) -> [tokens, hidden]`, one graph per bucket."""
+
+    def __init__(self, body: StreamBody, device: torch.device) -> None:
+        self._body = body
+        self._device = device
+        self._graphs: OrderedDict[Bucket, tuple[torch.cuda.CUDAGraph, _Inputs, torch.Tensor]] = OrderedDict()
+        self._pool: tuple[int, int] | None = (
+            None  # one memory pool for all of them, made at the first capture
+        )
+        self._lock = threading.Lock()  # one replay at a time: the static buffers are shared
+        self.failed = False
+
+    def run(
+        self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
+    ) -> torch.Tensor | None:
+        """The body's output for this batch's stream, or None where no graph takes it."""
+        tokens = ids.shape[0]
+        bucket = bucket_for(tokens, seqs.offsets.shape[0] - 1, seqs.longest)
+        if bucket is None or self.failed:
+            return None
+        with self._lock:
+            if bucket in self._graphs:
+                self._graphs.move_to_end(bucket)
+                graph, inputs, output = self._graphs[bucket]
+                inputs.fill(ids, types, positions, seqs)
+            else:
+                inputs = _Inputs.allocate(bucket, self._device)
+                inputs.fill(ids, types, positions, seqs)
+                captured = self._capture(inputs, bucket.longest)
+                if captured is None:
+                    return None
+                graph, output = captured
+                if len(self._graphs) >= MAX_GRAPHS:
+                    self._graphs.popitem(last=False)
+                self._graphs[bucket] = (graph, inputs, output)
+            graph.replay()
+            return output[:tokens].clone()  # the next replay overwrites the static output
+
+    def _capture(self, inputs: _Inputs, longest: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
+        """The body recorded over `inputs` (nothing runs until a replay), or None if it can't be."""
+        args = (inputs.ids, inputs.types, inputs.positions, Sequences(inputs.offsets, longest))
+        try:
+            side = torch.cuda.Stream(self._device)
+            side.wait_stream(torch.cuda.current_stream(self._device))
+            with torch.cuda.stream(side):  # kernels' lazy set-up happens outside the capture
+                self._body(*args)
+            torch.cuda.current_stream(self._device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            self._pool = self._pool or torch.cuda.graph_pool_handle()
+            # thread_local: the loader thread may be copying another model's weights meanwhile
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                output = self._body(*args)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            self.failed = True
+            self._graphs.clear()
+            log.warning("CUDA graph capture failed; running eagerly", extra={"error": repr(exc)})
+            return None
+        return graph, output
+
+    def __len__(self) -> int:
+        return len(self._graphs)

@@ -1,0 +1,144 @@
+"""CUDA graphs over the packed encoder's stream (sie.gpu_proc.adapters.cuda_graphs), on the CPU as
+far as the CPU can take them: the varlen kernel's stand-in (tests/gpu_proc/varlen_reference.py)
+attends, and a recorder that runs the graph's body at each replay stands in for CUDA's capture, so
+the bucketing, the static inputs, the spare rows and sequences and the graph cache run for real
+against transformers' own forward. The real capture is checked in tests/gpu_proc/test_cuda.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from sie.gpu_proc.adapters import cuda_graphs, varlen
+from sie.gpu_proc.adapters.cuda_graphs import Bucket, StreamGraphs, bucket_for
+from sie.gpu_proc.adapters.packed import PackedEncoder
+from tests.gpu_proc.test_varlen import batch, bert
+from tests.gpu_proc.varlen_reference import reference_kernel
+
+
+class Recorded:
+    """A "graph" whose replay runs the body again over the same static inputs into the same output."""
+
+    def __init__(self, body: Any, args: tuple[Any, ...], output: torch.Tensor) -> None:
+        self.body, self.args, self.output, self.replays = body, args, output, 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.output.copy_(self.body(*self.args))
+
+
+def recording_capture(self: StreamGraphs, inputs: Any, longest: int) -> tuple[Recorded, torch.Tensor]:
+    args = (inputs.ids, inputs.types, inputs.positions, varlen.Sequences(inputs.offsets, longest))
+    output = self._body(*args)  # a capture allocates its output once
+    output.fill_(float("nan"))  # and nothing runs until the first replay
+    return Recorded(self._body, args, output), output
+
+
+@pytest.fixture
+def on_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(varlen.Kernel, "attend", reference_kernel)
+    monkeypatch.setattr(varlen.Kernel, "anywhere", True)
+    monkeypatch.setattr(varlen.Kernel, "failed", False)
+    monkeypatch.setattr(cuda_graphs.Graphs, "anywhere", True)
+    monkeypatch.setattr(cuda_graphs.Graphs, "enabled", True)
+    yield
+
+
+@pytest.fixture
+def recorder(on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StreamGraphs, "_capture", recording_capture)
+
+
+def assert_matches_transformers(model: Any, packed: PackedEncoder, lengths: list[int], seed: int) -> None:
+    ids, mask = batch(lengths, 300, seed=seed)
+    with torch.inference_mode():
+        want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = packed.hidden_states(ids, lengths)
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
+    assert not got[~real].any()
+
+
+def test_buckets_round_each_dimension_up() -> None:
+    assert bucket_for(1, 1, 1) == Bucket(64, 8, 32)
+    assert bucket_for(64, 8, 32) == Bucket(64, 8, 32)
+    assert bucket_for(65, 9, 33) == Bucket(128, 16, 64)
+    assert bucket_for(1000, 64, 300) == Bucket(1024, 64, 512)
+    assert bucket_for(1025, 65, 512) == Bucket(1280, 128, 512)
+    assert bucket_for(4096, 200, 40) == Bucket(4096, 256, 64)
+    assert bucket_for(4097, 200, 40) is None  # long enough to run eagerly
+
+
+def test_replays_answer_as_transformers_in_one_bucket(recorder: None) -> None:
+    model = bert()
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    # 60 tokens, then 39 and 7 in the same 64-token bucket: rows and sequences left over from the
+    # larger batch must not reach the smaller ones
+    for lengths, seed in (([9, 3, 17, 1, 12, 12, 6], 1), ([20, 19], 2), ([4, 3], 3)):
+        assert_matches_transformers(model, packed, lengths, seed)
+    graphs = packed._graphs
+    assert graphs is not None and len(graphs) == 1 and not graphs.failed
+    ((graph, _, _),) = graphs._graphs.values()
+    assert graph.replays == 3
+
+
+def test_one_item_and_equal_lengths_replay_as_a_stream_too(recorder: None) -> None:
+    model = bert()
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    for lengths, seed in (([12], 1), ([7, 7, 7], 2)):  # uniform batches: no packing of their own
+        assert_matches_transformers(model, packed, lengths, seed)
+    assert packed._graphs is not None and len(packed._graphs) == 1
+
+
+def test_each_bucket_has_its_graph_and_the_oldest_goes(
+    recorder: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cuda_graphs, "MAX_GRAPHS", 2)
+    model = bert()
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    for lengths in ([5, 9], [40, 50], [5, 70, 30], [6, 8]):  # buckets of 64, 128, 128, 64 tokens
+        assert_matches_transformers(model, packed, lengths, seed=len(lengths))
+    graphs = packed._graphs
+    assert graphs is not None
+    assert list(graphs._graphs) == [Bucket(128, 8, 128), Bucket(64, 8, 32)]  # [40, 50] was replaced
+    monkeypatch.setattr(cuda_graphs, "MAX_GRAPHS", 48)
+
+
+def test_a_batch_past_the_largest_bucket_runs_eagerly(
+    recorder: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cuda_graphs, "TOKEN_BUCKETS", (64,))
+    model = bert()
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    assert_matches_transformers(model, packed, [40, 30], seed=5)
+    assert packed._graphs is not None and len(packed._graphs) == 0
+
+
+def test_a_failed_capture_turns_graphs_off_and_the_batch_runs_eagerly(
+    on_cpu: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = bert()  # the real capture: on a CPU-only torch it fails at its first CUDA call
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    with caplog.at_level(logging.WARNING):
+        assert_matches_transformers(model, packed, [9, 3, 17], seed=6)
+        assert_matches_transformers(model, packed, [9, 3, 17], seed=7)
+    assert packed._graphs is not None and packed._graphs.failed
+    assert caplog.text.count("CUDA graph capture failed") == 1
+
+
+def test_switched_off_no_graph_is_made(recorder: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda_graphs.Graphs, "enabled", False)
+    model = bert()
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    assert_matches_transformers(model, packed, [9, 3, 17], seed=8)
+    assert packed._graphs is None
