@@ -64,12 +64,12 @@ def assert_matches_transformers(model: Any, packed: PackedEncoder, lengths: list
 
 
 def test_buckets_round_each_dimension_up() -> None:
-    assert bucket_for(1, 1, 1) == Bucket(64, 8, 32)
-    assert bucket_for(64, 8, 32) == Bucket(64, 8, 32)
-    assert bucket_for(65, 9, 33) == Bucket(128, 16, 64)
+    assert bucket_for(1, 1, 1) == Bucket(64, 16, 128)
+    assert bucket_for(64, 16, 128) == Bucket(64, 16, 128)
+    assert bucket_for(65, 17, 129) == Bucket(128, 32, 256)
     assert bucket_for(1000, 64, 300) == Bucket(1024, 64, 512)
-    assert bucket_for(1025, 65, 512) == Bucket(1280, 128, 512)
-    assert bucket_for(4096, 200, 40) == Bucket(4096, 256, 64)
+    assert bucket_for(1025, 65, 512) == Bucket(1536, 128, 512)
+    assert bucket_for(4096, 200, 40) == Bucket(4096, 256, 128)
     assert bucket_for(4097, 200, 40) is None  # long enough to run eagerly
 
 
@@ -103,12 +103,14 @@ def test_each_bucket_has_its_graph_and_the_oldest_goes(
     model = bert()
     packed = PackedEncoder.wrap(model)
     assert packed is not None
-    for lengths in ([5, 9], [40, 50], [5, 70, 30], [6, 8]):  # buckets of 64, 128, 128, 64 tokens
+    for lengths in ([5, 9], [40, 50], [5, 70, 30], [100, 100, 50], [6, 8]):  # 64, 128, 128, 256, 64 tokens
         assert_matches_transformers(model, packed, lengths, seed=len(lengths))
     graphs = packed._graphs
     assert graphs is not None
-    assert list(graphs._graphs) == [Bucket(128, 8, 128), Bucket(64, 8, 32)]  # [40, 50] was replaced
-    monkeypatch.setattr(cuda_graphs, "MAX_GRAPHS", 48)
+    assert list(graphs._graphs) == [
+        Bucket(256, 16, 128),
+        Bucket(64, 16, 128),
+    ]  # least recently used went first
 
 
 def test_a_batch_past_the_largest_bucket_runs_eagerly(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,12 +31,14 @@ from sie.gpu_proc.adapters.varlen import Sequences
 
 log = logging.getLogger(__name__)
 
-# Stream tokens: steps of 64 to 1,024, then of 256 to the cap; longer batches run eagerly, since
-# their kernels run long enough that launching them costs a small share.
-TOKEN_BUCKETS = (*range(64, 1024, 64), *range(1024, 4096 + 1, 256))
-MAX_GRAPHS = 48
-MIN_SEQUENCES = 8
-MIN_LONGEST = 32
+# Few buckets, so that few graphs are captured (each capture stalls the device for a forward or
+# two). Stream tokens go up in steps of a half or a third; longer batches run eagerly, since their
+# kernels run long enough that launching them costs a small share. The longest sequence is at least
+# 128 tokens, the varlen kernel's block of queries: below it every bound launches the same grid.
+TOKEN_BUCKETS = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+MAX_GRAPHS = 64
+MIN_SEQUENCES = 16
+MIN_LONGEST = 128
 
 StreamBody = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Sequences], torch.Tensor]
 
@@ -144,6 +147,7 @@ class StreamGraphs:
             with torch.cuda.stream(side):  # kernels' lazy set-up happens outside the capture
                 self._body(*args)
             torch.cuda.current_stream(self._device).wait_stream(side)
+            started = time.perf_counter()
             graph = torch.cuda.CUDAGraph()
             self._pool = self._pool or torch.cuda.graph_pool_handle()
             # thread_local: the loader thread may be copying another model's weights meanwhile
@@ -156,6 +160,7 @@ class StreamGraphs:
             self._graphs.clear()
             log.warning("CUDA graph capture failed; running eagerly", extra={"error": repr(exc)})
             return None
+        log.debug("captured a CUDA graph", extra={"ms": round((time.perf_counter() - started) * 1e3, 1)})
         return graph, output
 
     def __len__(self) -> int:
