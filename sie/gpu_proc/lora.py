@@ -4,7 +4,8 @@ PEFT injects its LoRA layers into the model's own modules, in place, so every ad
 the packed forward, which calls those modules) runs them without knowing. One adapter is active
 per batch: batches never mix adapters (their config key differs), and a batch without one runs
 with the LoRA layers disabled, which is exactly the base model. Loading mutates the module tree,
-so it and each forward take the same lock; loads are rare and short (megabytes of weights).
+so it and each forward take the same lock; loads are rare and short (megabytes of weights). For
+the same reason such a model never replays CUDA graphs: a graph would keep the layers it recorded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from sie.gpu_proc.adapters.cuda_graphs import keep_off_graphs
+
 log = logging.getLogger(__name__)
 
 
@@ -26,6 +29,7 @@ class LoraMissing(Exception):
 class LoraSet:
     def __init__(self, module: Any, paths: dict[str, str], capacity: int) -> None:
         self.module = module
+        keep_off_graphs(module)
         self.names = sorted(paths)  # index i + 1 on the wire (sie.shm.layout.lora_of) is names[i]
         self._paths = paths
         self._capacity = capacity

@@ -144,3 +144,14 @@ def test_switched_off_no_graph_is_made(recorder: None, monkeypatch: pytest.Monke
     assert packed is not None
     assert_matches_transformers(model, packed, [9, 3, 17], seed=8)
     assert packed._graphs is None
+
+
+def test_a_model_served_with_lora_adapters_never_replays_graphs(recorder: None) -> None:
+    from sie.gpu_proc.lora import LoraSet
+
+    model = bert()
+    LoraSet(model, {"a": "/adapters/a"}, capacity=1)  # as the registry makes it at load, none loaded yet
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    assert_matches_transformers(model, packed, [9, 3, 17], seed=9)
+    assert packed._graphs is None

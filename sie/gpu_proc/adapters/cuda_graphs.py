@@ -51,6 +51,20 @@ class Graphs:
     anywhere = False
 
 
+_OFF_GRAPHS = "_sie_off_cuda_graphs"
+
+
+def keep_off_graphs(module: torch.nn.Module) -> None:
+    """Never replay graphs for `module` or any module in it: its layers change while it is served
+    (LoRA layers are injected and switched), and a graph replays the kernels it recorded."""
+    for inner in module.modules():
+        object.__setattr__(inner, _OFF_GRAPHS, True)
+
+
+def kept_off_graphs(module: torch.nn.Module) -> bool:
+    return bool(getattr(module, _OFF_GRAPHS, False))
+
+
 @dataclass(frozen=True, slots=True)
 class Bucket:
     tokens: int

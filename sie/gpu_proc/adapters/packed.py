@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sie.gpu_proc.adapters.cuda_graphs import Graphs, StreamGraphs
+from sie.gpu_proc.adapters.cuda_graphs import Graphs, StreamGraphs, kept_off_graphs
 from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
 from sie.gpu_proc.transfer import to_device
 
@@ -151,7 +151,7 @@ class PackedEncoder:
         return unpacked(flat, packing)
 
     def _graphs_apply(self, device: torch.device) -> bool:
-        if self._graphs is not None and self._graphs.failed:
+        if (self._graphs is not None and self._graphs.failed) or kept_off_graphs(self._base):
             return False
         return Graphs.enabled and (device.type == "cuda" or Graphs.anywhere)
 
