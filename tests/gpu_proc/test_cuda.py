@@ -121,7 +121,7 @@ def test_the_packed_encoder_replays_cuda_graphs_as_transformers_answers(precisio
         cosine = torch.nn.functional.cosine_similarity(got[real], want[real], dim=-1)
         assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999), lengths
         assert not got[~real].any()
-    graphs = packed._graphs
+    graphs = packed._replays.graphs
     assert graphs is not None and not graphs.failed and len(graphs) == 2
 
 

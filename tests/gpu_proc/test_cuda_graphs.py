@@ -31,8 +31,7 @@ class Recorded:
         self.output.copy_(self.body(*self.args))
 
 
-def recording_capture(self: StreamGraphs, inputs: Any, longest: int) -> tuple[Recorded, torch.Tensor]:
-    args = (inputs.ids, inputs.types, inputs.positions, varlen.Sequences(inputs.offsets, longest))
+def recording_capture(self: StreamGraphs, *args: Any) -> tuple[Recorded, torch.Tensor]:
     output = self._body(*args)  # a capture allocates its output once
     output.fill_(float("nan"))  # and nothing runs until the first replay
     return Recorded(self._body, args, output), output
@@ -50,7 +49,7 @@ def on_cpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def recorder(on_cpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(StreamGraphs, "_capture", recording_capture)
+    monkeypatch.setattr(StreamGraphs, "_record", recording_capture)
 
 
 def assert_matches_transformers(model: Any, packed: PackedEncoder, lengths: list[int], seed: int) -> None:
@@ -61,6 +60,34 @@ def assert_matches_transformers(model: Any, packed: PackedEncoder, lengths: list
     real = mask.bool()
     torch.testing.assert_close(got[real], want[real], rtol=0, atol=1e-5)
     assert not got[~real].any()
+
+
+class Frozen(Recorded):
+    """A graph that kept its recorded batch's answer: what a host-side value frozen in a capture does."""
+
+    def replay(self) -> None:
+        if not self.replays:
+            super().replay()
+        self.replays += 1
+
+
+def test_a_replay_that_disagrees_with_the_eager_forward_turns_graphs_off(
+    on_cpu: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def frozen_capture(self: StreamGraphs, *args: Any) -> tuple[Frozen, torch.Tensor]:
+        recorded, output = recording_capture(self, *args)
+        return Frozen(recorded.body, recorded.args, output), output
+
+    monkeypatch.setattr(StreamGraphs, "_record", frozen_capture)
+    model = bert()
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    with caplog.at_level(logging.WARNING):
+        for lengths, seed in (([9, 3, 17], 1), ([20, 19], 2), ([4, 3], 3)):  # one bucket
+            assert_matches_transformers(model, packed, lengths, seed)
+    graphs = packed._replays.graphs
+    assert graphs is not None and graphs.failed and len(graphs) == 0
+    assert "disagrees with the eager forward" in caplog.text
 
 
 def test_buckets_round_each_dimension_up() -> None:
@@ -81,10 +108,10 @@ def test_replays_answer_as_transformers_in_one_bucket(recorder: None) -> None:
     # larger batch must not reach the smaller ones
     for lengths, seed in (([9, 3, 17, 1, 12, 12, 6], 1), ([20, 19], 2), ([4, 3], 3)):
         assert_matches_transformers(model, packed, lengths, seed)
-    graphs = packed._graphs
+    graphs = packed._replays.graphs
     assert graphs is not None and len(graphs) == 1 and not graphs.failed
-    ((graph, _, _),) = graphs._graphs.values()
-    assert graph.replays == 3
+    (entry,) = graphs._graphs.values()
+    assert entry.graph.replays == 3 and entry.checked
 
 
 def test_one_item_and_equal_lengths_replay_as_a_stream_too(recorder: None) -> None:
@@ -93,7 +120,7 @@ def test_one_item_and_equal_lengths_replay_as_a_stream_too(recorder: None) -> No
     assert packed is not None
     for lengths, seed in (([12], 1), ([7, 7, 7], 2)):  # uniform batches: no packing of their own
         assert_matches_transformers(model, packed, lengths, seed)
-    assert packed._graphs is not None and len(packed._graphs) == 1
+    assert packed._replays.graphs is not None and len(packed._replays.graphs) == 1
 
 
 def test_each_bucket_has_its_graph_and_the_oldest_goes(
@@ -105,7 +132,7 @@ def test_each_bucket_has_its_graph_and_the_oldest_goes(
     assert packed is not None
     for lengths in ([5, 9], [40, 50], [5, 70, 30], [100, 100, 50], [6, 8]):  # 64, 128, 128, 256, 64 tokens
         assert_matches_transformers(model, packed, lengths, seed=len(lengths))
-    graphs = packed._graphs
+    graphs = packed._replays.graphs
     assert graphs is not None
     assert list(graphs._graphs) == [
         Bucket(256, 16, 128),
@@ -121,7 +148,7 @@ def test_a_batch_past_the_largest_bucket_runs_eagerly(
     packed = PackedEncoder.wrap(model)
     assert packed is not None
     assert_matches_transformers(model, packed, [40, 30], seed=5)
-    assert packed._graphs is not None and len(packed._graphs) == 0
+    assert packed._replays.graphs is not None and len(packed._replays.graphs) == 0
 
 
 def test_a_failed_capture_turns_graphs_off_and_the_batch_runs_eagerly(
@@ -133,7 +160,7 @@ def test_a_failed_capture_turns_graphs_off_and_the_batch_runs_eagerly(
     with caplog.at_level(logging.WARNING):
         assert_matches_transformers(model, packed, [9, 3, 17], seed=6)
         assert_matches_transformers(model, packed, [9, 3, 17], seed=7)
-    assert packed._graphs is not None and packed._graphs.failed
+    assert packed._replays.graphs is not None and packed._replays.graphs.failed
     assert caplog.text.count("CUDA graph capture failed") == 1
 
 
@@ -143,7 +170,7 @@ def test_switched_off_no_graph_is_made(recorder: None, monkeypatch: pytest.Monke
     packed = PackedEncoder.wrap(model)
     assert packed is not None
     assert_matches_transformers(model, packed, [9, 3, 17], seed=8)
-    assert packed._graphs is None
+    assert packed._replays.graphs is None
 
 
 def test_a_model_served_with_lora_adapters_never_replays_graphs(recorder: None) -> None:
@@ -154,4 +181,4 @@ def test_a_model_served_with_lora_adapters_never_replays_graphs(recorder: None) 
     packed = PackedEncoder.wrap(model)
     assert packed is not None
     assert_matches_transformers(model, packed, [9, 3, 17], seed=9)
-    assert packed._graphs is None
+    assert packed._replays.graphs is None

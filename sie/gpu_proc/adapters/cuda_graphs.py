@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sie.gpu_proc.adapters.varlen import Sequences
+from sie.gpu_proc.adapters.varlen import Sequences, sequences
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +113,26 @@ class _Inputs:
         self.offsets[bounds:].fill_(tokens)  # the bucket's spare sequences are empty
 
 
+@dataclass(slots=True)
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    inputs: _Inputs
+    output: torch.Tensor  # where the graph writes: [bucket tokens, hidden]
+    checked: bool = False  # its first replay over a new batch was compared with the eager forward
+
+
 class StreamGraphs:
-    """Replays of `body(ids, types, positions, sequences) -> [tokens, hidden]`, one graph per bucket."""
+    """Replays of `body(ids, types, positions, sequences) -> [tokens, hidden]`, one graph per bucket.
+
+    A graph keeps whatever its body computed on the host while it was recorded. So the first time
+    a graph serves a batch other than the one it was recorded on, the eager forward runs beside the
+    replay once, and any disagreement turns graphs off for the model."""
 
     def __init__(self, body: StreamBody, device: torch.device) -> None:
         self._body = body
         self._device = device
-        self._graphs: OrderedDict[Bucket, tuple[torch.cuda.CUDAGraph, _Inputs, torch.Tensor]] = OrderedDict()
-        self._pool: tuple[int, int] | None = (
-            None  # one memory pool for all of them, made at the first capture
-        )
+        self._graphs: OrderedDict[Bucket, _Graph] = OrderedDict()
+        self._pool: tuple[int, int] | None = None  # one memory pool for all, made at the first capture
         self._lock = threading.Lock()  # one replay at a time: the static buffers are shared
         self.failed = False
 
@@ -135,47 +145,108 @@ class StreamGraphs:
         if bucket is None or self.failed:
             return None
         with self._lock:
-            if bucket in self._graphs:
-                self._graphs.move_to_end(bucket)
-                graph, inputs, output = self._graphs[bucket]
-                inputs.fill(ids, types, positions, seqs)
-            else:
+            entry = self._graphs.get(bucket)
+            if entry is None:
                 inputs = _Inputs.allocate(bucket, self._device)
                 inputs.fill(ids, types, positions, seqs)
-                captured = self._capture(inputs, bucket.longest)
-                if captured is None:
+                entry = self._capture(inputs, bucket)
+                if entry is None:
                     return None
-                graph, output = captured
-                if len(self._graphs) >= MAX_GRAPHS:
-                    self._graphs.popitem(last=False)
-                self._graphs[bucket] = (graph, inputs, output)
-            graph.replay()
-            return output[:tokens].clone()  # the next replay overwrites the static output
+                entry.graph.replay()
+                return entry.output[:tokens].clone()
+            self._graphs.move_to_end(bucket)
+            entry.inputs.fill(ids, types, positions, seqs)
+            entry.graph.replay()
+            replayed = entry.output[:tokens].clone()  # the next replay overwrites the static output
+            if not entry.checked:
+                entry.checked = True
+                eager = self._body(ids, types, positions, seqs)
+                if not _agree(replayed, eager):
+                    self._turn_off("CUDA graph replay disagrees with the eager forward; running eagerly")
+                    return eager
+            return replayed
 
-    def _capture(self, inputs: _Inputs, longest: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
-        """The body recorded over `inputs` (nothing runs until a replay), or None if it can't be."""
-        args = (inputs.ids, inputs.types, inputs.positions, Sequences(inputs.offsets, longest))
+    def _capture(self, inputs: _Inputs, bucket: Bucket) -> _Graph | None:
+        """A graph of the body over `inputs`, kept for `bucket`; None (and graphs off) if it can't be."""
         try:
-            side = torch.cuda.Stream(self._device)
-            side.wait_stream(torch.cuda.current_stream(self._device))
-            with torch.cuda.stream(side):  # kernels' lazy set-up happens outside the capture
-                self._body(*args)
-            torch.cuda.current_stream(self._device).wait_stream(side)
-            started = time.perf_counter()
-            graph = torch.cuda.CUDAGraph()
-            self._pool = self._pool or torch.cuda.graph_pool_handle()
-            # thread_local: the loader thread may be copying another model's weights meanwhile
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                output = self._body(*args)
+            graph, output = self._record(
+                inputs.ids, inputs.types, inputs.positions, Sequences(inputs.offsets, bucket.longest)
+            )
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
-            self.failed = True
-            self._graphs.clear()
-            log.warning("CUDA graph capture failed; running eagerly", extra={"error": repr(exc)})
+            self._turn_off("CUDA graph capture failed; running eagerly", exc)
             return None
+        if len(self._graphs) >= MAX_GRAPHS:
+            self._graphs.popitem(last=False)
+        entry = self._graphs[bucket] = _Graph(graph, inputs, output)
+        return entry
+
+    def _record(
+        self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """CUDA's part: the body run once on a side stream, so kernels set themselves up outside the
+        capture, then recorded (nothing runs until a replay)."""
+        side = torch.cuda.Stream(self._device)
+        side.wait_stream(torch.cuda.current_stream(self._device))
+        with torch.cuda.stream(side):
+            self._body(ids, types, positions, seqs)
+        torch.cuda.current_stream(self._device).wait_stream(side)
+        started = time.perf_counter()
+        graph = torch.cuda.CUDAGraph()
+        self._pool = self._pool or torch.cuda.graph_pool_handle()
+        # thread_local: the loader thread may be copying another model's weights meanwhile
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            output = self._body(ids, types, positions, seqs)
         log.debug("captured a CUDA graph", extra={"ms": round((time.perf_counter() - started) * 1e3, 1)})
         return graph, output
 
+    def _turn_off(self, message: str, exc: BaseException | None = None) -> None:
+        self.failed = True
+        self._graphs.clear()
+        log.warning(message, extra={"error": repr(exc)} if exc is not None else {})
+
     def __len__(self) -> int:
         return len(self._graphs)
+
+
+def _agree(replayed: torch.Tensor, eager: torch.Tensor) -> bool:
+    """Rounding apart (a bucket's larger GEMMs may tile differently), every row points the same way."""
+    cosine = torch.nn.functional.cosine_similarity(replayed.float(), eager.float(), dim=-1)
+    return bool(cosine.min() > 0.99)
+
+
+class Replays:
+    """A packed runner's graphs: made at its first CUDA batch, never for a module kept off graphs."""
+
+    def __init__(self, module: torch.nn.Module, body: StreamBody) -> None:
+        self._module = module
+        self._body = body
+        self.graphs: StreamGraphs | None = None
+
+    def run(
+        self,
+        ids: torch.Tensor,
+        types: torch.Tensor,
+        positions: torch.Tensor,
+        seqs: Sequences | None,
+        lengths: list[int],
+        head_dim: int,
+    ) -> torch.Tensor | None:
+        """The stream's hidden states from a graph; None where none applies (the caller runs
+        eagerly). `seqs` None: a uniform batch (one item, say), run as equal sequences here."""
+        device = ids.device
+        if not Graphs.enabled or (device.type != "cuda" and not Graphs.anywhere):
+            return None
+        if (self.graphs is not None and self.graphs.failed) or kept_off_graphs(self._module):
+            return None
+        seqs = seqs or sequences(lengths, device, _dtype_of(self._module), head_dim)
+        if seqs is None:
+            return None
+        if self.graphs is None:
+            self.graphs = StreamGraphs(self._body, device)
+        return self.graphs.run(ids, types, positions, seqs)
+
+
+def _dtype_of(module: torch.nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sie.gpu_proc.adapters.cuda_graphs import Graphs, StreamGraphs, kept_off_graphs
+from sie.gpu_proc.adapters.cuda_graphs import Replays
 from sie.gpu_proc.adapters.varlen import FULL, Sequences, attend, sequences
 from sie.gpu_proc.transfer import to_device
 
@@ -102,7 +102,7 @@ class PackedEncoder:
         self._heads = int(config.num_attention_heads)
         pad = int(config.pad_token_id or 0)
         self._position_offset = pad + 1 if _POSITION_START[config.model_type] else 0
-        self._graphs: StreamGraphs | None = None  # made on the first CUDA batch
+        self._replays = Replays(base, self._stream_body)
 
     @staticmethod
     def wrap(base: Any) -> PackedEncoder | None:
@@ -136,33 +136,16 @@ class PackedEncoder:
         ids = streamed(input_ids, packing)
         positions = stream_positions(packing, input_ids) + self._position_offset
         types = streamed(token_type_ids, packing) if token_type_ids is not None else torch.zeros_like(ids)
-        dtype = self._base.embeddings.word_embeddings.weight.dtype
         head_dim = self._base.config.hidden_size // self._heads
-        seqs = packing.varlen(dtype, head_dim)
+        seqs = packing.varlen(self._base.embeddings.word_embeddings.weight.dtype, head_dim)
         flat = None
-        if self._graphs_apply(ids.device) and key_mask is None:
-            # a uniform batch (one item, say) runs as a stream of equal sequences in a graph too
-            graph_seqs = seqs or sequences(lengths, ids.device, dtype, head_dim)
-            flat = self._graphed(ids, types, positions, graph_seqs) if graph_seqs is not None else None
+        if key_mask is None:
+            flat = self._replays.run(ids, types, positions, seqs, lengths, head_dim)
         if flat is None:
             flat = self._embed(ids, types, positions)
             for layer in self._base.encoder.layer:
                 flat = self._layer(layer, flat, packing, seqs)
         return unpacked(flat, packing)
-
-    def _graphs_apply(self, device: torch.device) -> bool:
-        if (self._graphs is not None and self._graphs.failed) or kept_off_graphs(self._base):
-            return False
-        return Graphs.enabled and (device.type == "cuda" or Graphs.anywhere)
-
-    def _graphed(
-        self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
-    ) -> torch.Tensor | None:
-        """The stream's hidden states replayed from a CUDA graph (sie.gpu_proc.adapters.cuda_graphs),
-        or None where the batch is too large for one."""
-        if self._graphs is None:
-            self._graphs = StreamGraphs(self._stream_body, ids.device)
-        return self._graphs.run(ids, types, positions, seqs)
 
     def _stream_body(
         self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
