@@ -123,8 +123,8 @@ HELP: dict[str, str] = {
     "light batch, else every core)",
     "cpu_linear": "linear layers of a CPU device's models: onednn or torch's own (MKL); auto: oneDNN "
     "where a start-up probe finds it at least 1.25x faster (AMD CPUs)",
-    "cuda_graphs": "on a GPU, replay small encoder batches (BERT family, up to 4,096 tokens) from CUDA "
-    "graphs captured per batch shape instead of launching each kernel",
+    "cuda_graphs": "on a GPU, replay the padding-free forwards (BERT-family encoders, Qwen/Mistral/Llama "
+    "decoders) from CUDA graphs captured per batch-shape bucket instead of launching each kernel",
     "event_loop": "frontend event loop: uvloop (auto: when installed) or asyncio",
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",

@@ -84,16 +84,26 @@ def test_a_grouped_query_decoder_attends_through_the_real_kernel(precision: str)
         pytest.skip("this PyTorch has no torch.nn.attention.varlen")
     torch.manual_seed(0)
     model = transformers.AutoModel.from_config(transformers.Qwen3Config(**DECODER)).eval()
-    ids, _ = batch(LENGTHS, 100, seed=3)
+    batches = [batch(lengths, 100, seed=3)[0] for lengths in (LENGTHS, LENGTHS[:3], LENGTHS[:1])]
     with torch.inference_mode():
-        want = [model(input_ids=ids[row : row + 1, :n]).last_hidden_state[0] for row, n in enumerate(LENGTHS)]
+        wants = [
+            [model(input_ids=ids[row : row + 1, :n]).last_hidden_state[0] for row, n in enumerate(lengths)]
+            for ids, lengths in zip(batches, (LENGTHS, LENGTHS[:3], LENGTHS[:1]), strict=True)
+        ]
         packed = PackedDecoder.wrap(model.to("cuda", getattr(torch, precision)))
         assert packed is not None
-        got = packed.hidden_states(ids.cuda(), LENGTHS).float().cpu()
+        # 89 tokens, then 29 and 9: the second is recorded, the third replays it (checked as it does)
+        gots = [
+            packed.hidden_states(ids.cuda(), lengths).float().cpu()
+            for ids, lengths in zip(batches, (LENGTHS, LENGTHS[:3], LENGTHS[:1]), strict=True)
+        ]
     assert not varlen.Kernel.failed  # 4 query heads over 2 key heads went through the kernel
-    for row, n in enumerate(LENGTHS):
-        cosine = torch.nn.functional.cosine_similarity(got[row, :n], want[row], dim=-1)
-        assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999)
+    graphs = packed._replays.graphs
+    assert graphs is not None and not graphs.failed and len(graphs) == 2
+    for got, want in zip(gots, wants, strict=True):
+        for row, expected in enumerate(want):
+            cosine = torch.nn.functional.cosine_similarity(got[row, : len(expected)], expected, dim=-1)
+            assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999)
 
 
 @pytest.mark.parametrize("precision", ["float16", "bfloat16"])

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 
 from sie.gpu_proc.adapters import cuda_graphs, varlen
 from sie.gpu_proc.adapters.cuda_graphs import Bucket, StreamGraphs, bucket_for
 from sie.gpu_proc.adapters.packed import PackedEncoder
-from tests.gpu_proc.test_varlen import batch, bert
+from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
+from tests.gpu_proc.test_varlen import DECODER, batch, bert
 from tests.gpu_proc.varlen_reference import reference_kernel
 
 
@@ -98,6 +100,24 @@ def test_buckets_round_each_dimension_up() -> None:
     assert bucket_for(1025, 65, 512) == Bucket(1536, 128, 512)
     assert bucket_for(4096, 200, 40) == Bucket(4096, 256, 128)
     assert bucket_for(4097, 200, 40) is None  # long enough to run eagerly
+    assert bucket_for(1000, 64, 300, most_tokens=768) is None  # over a large model's last bucket
+
+
+def test_larger_models_replay_fewer_tokens() -> None:
+    sizes = [22_000_000, 110_000_000, 335_000_000, 596_000_000, 1_500_000_000, 8_000_000_000]
+    assert [cuda_graphs.most_tokens_for(n) for n in sizes] == [4096, 4096, 2048, 1536, 512, 128]
+
+
+def test_a_large_models_long_batch_runs_eagerly(recorder: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = bert()
+    parameters = sum(p.numel() for p in model.parameters())
+    monkeypatch.setattr(cuda_graphs, "PARAMETER_TOKENS", 128 * parameters)  # as if it were 8B
+    packed = PackedEncoder.wrap(model)
+    assert packed is not None
+    assert_matches_transformers(model, packed, [90, 80], seed=4)  # 170 tokens: eager
+    assert packed._replays.graphs is not None and len(packed._replays.graphs) == 0
+    assert_matches_transformers(model, packed, [60, 40], seed=5)  # 100 tokens: a graph
+    assert len(packed._replays.graphs) == 1
 
 
 def test_replays_answer_as_transformers_in_one_bucket(recorder: None) -> None:
@@ -143,11 +163,11 @@ def test_each_bucket_has_its_graph_and_the_oldest_goes(
 def test_a_batch_past_the_largest_bucket_runs_eagerly(
     recorder: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cuda_graphs, "TOKEN_BUCKETS", (64,))
+    monkeypatch.setattr(cuda_graphs, "TOKEN_BUCKETS", (64, 128))
     model = bert()
     packed = PackedEncoder.wrap(model)
     assert packed is not None
-    assert_matches_transformers(model, packed, [40, 30], seed=5)
+    assert_matches_transformers(model, packed, [90, 80], seed=5)
     assert packed._replays.graphs is not None and len(packed._replays.graphs) == 0
 
 
@@ -182,3 +202,25 @@ def test_a_model_served_with_lora_adapters_never_replays_graphs(recorder: None) 
     assert packed is not None
     assert_matches_transformers(model, packed, [9, 3, 17], seed=9)
     assert packed._replays.graphs is None
+
+
+@pytest.mark.parametrize(
+    "config",
+    [transformers.Qwen3Config(**DECODER), transformers.MistralConfig(**DECODER, sliding_window=8)],
+    ids=["qwen3", "mistral-window"],
+)
+def test_decoders_replay_as_transformers_answers(recorder: None, config: Any) -> None:
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config).eval()
+    packed = PackedDecoder.wrap(model)
+    assert packed is not None
+    # one bucket, the later batches smaller, the last one item
+    for lengths, seed in (([9, 3, 17, 1, 12, 12, 6], 1), ([20, 19], 2), ([11], 3)):
+        ids, _ = batch(lengths, 100, seed=seed)
+        with torch.inference_mode():
+            got = packed.hidden_states(ids, lengths)
+            for row, n in enumerate(lengths):  # each item alone: causal, so padding never matters
+                alone = model(input_ids=ids[row : row + 1, :n]).last_hidden_state[0]
+                torch.testing.assert_close(got[row, :n], alone, rtol=0, atol=1e-4)
+    graphs = packed._replays.graphs
+    assert graphs is not None and len(graphs) == 1 and not graphs.failed

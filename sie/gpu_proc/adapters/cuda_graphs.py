@@ -1,5 +1,5 @@
-"""CUDA graphs for the packed encoder's stream: one replay where an eager forward launches hundreds
-of kernels.
+"""CUDA graphs for the packed forwards' stream (encoders and decoders): one replay where an eager
+forward launches hundreds of kernels.
 
 A small encoder's forward on a GPU is bound by kernel launches: MiniLM-L6 takes about 1.6 ms on an
 H200 for one item or for 64, nearly all of it the host launching kernels, and a device process
@@ -10,9 +10,10 @@ A graph replays fixed shapes, so batches are rounded up to buckets: the stream's
 number of sequences and the longest sequence. Rows past the batch's tokens belong to no sequence:
 the varlen kernel leaves them alone and every other layer works row by row, so they never reach a
 real token, and the caller reads only the first rows. Sequences past the batch's are empty. Graphs
-are captured on first use of a bucket, share one memory pool per model, and the least recently used
-goes once MAX_GRAPHS are held. Any failure to capture turns them off for the model (its batches
-run eagerly from then on); out of memory stays the batch's own failure.
+are captured on first use of a bucket, checked against the eager forward on their first reuse,
+share one memory pool per model, and the least recently used goes once MAX_GRAPHS are held. Any
+failure to capture, or a disagreement, turns them off for the model (its batches run eagerly from
+then on); out of memory stays the batch's own failure.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 # kernels run long enough that launching them costs a small share. The longest sequence is at least
 # 128 tokens, the varlen kernel's block of queries: below it every bound launches the same grid.
 TOKEN_BUCKETS = (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+# A bucket pads a batch by up to half, which a large model pays in arithmetic: its graphs stop at
+# about this many parameters x tokens (some 2 TFLOP a forward), 1,536 tokens for a 0.6B model and
+# 128 for an 8B one, where its kernels run long enough anyway.
+PARAMETER_TOKENS = 1e12
 MAX_GRAPHS = 64
 MIN_SEQUENCES = 16
 MIN_LONGEST = 128
@@ -72,10 +77,12 @@ class Bucket:
     longest: int
 
 
-def bucket_for(tokens: int, sequences: int, longest: int) -> Bucket | None:
-    """The graph shape a batch runs in, or None when it is too large for one."""
+def bucket_for(
+    tokens: int, sequences: int, longest: int, most_tokens: int = TOKEN_BUCKETS[-1]
+) -> Bucket | None:
+    """The graph shape a batch runs in, or None when it needs more than `most_tokens`."""
     at = bisect.bisect_left(TOKEN_BUCKETS, tokens)
-    if at == len(TOKEN_BUCKETS):
+    if at == len(TOKEN_BUCKETS) or TOKEN_BUCKETS[at] > most_tokens:
         return None
     return Bucket(
         TOKEN_BUCKETS[at], _power_of_two(sequences, MIN_SEQUENCES), _power_of_two(longest, MIN_LONGEST)
@@ -128,9 +135,10 @@ class StreamGraphs:
     a graph serves a batch other than the one it was recorded on, the eager forward runs beside the
     replay once, and any disagreement turns graphs off for the model."""
 
-    def __init__(self, body: StreamBody, device: torch.device) -> None:
+    def __init__(self, body: StreamBody, device: torch.device, most_tokens: int = TOKEN_BUCKETS[-1]) -> None:
         self._body = body
         self._device = device
+        self._most_tokens = most_tokens
         self._graphs: OrderedDict[Bucket, _Graph] = OrderedDict()
         self._pool: tuple[int, int] | None = None  # one memory pool for all, made at the first capture
         self._lock = threading.Lock()  # one replay at a time: the static buffers are shared
@@ -141,7 +149,7 @@ class StreamGraphs:
     ) -> torch.Tensor | None:
         """The body's output for this batch's stream, or None where no graph takes it."""
         tokens = ids.shape[0]
-        bucket = bucket_for(tokens, seqs.offsets.shape[0] - 1, seqs.longest)
+        bucket = bucket_for(tokens, seqs.offsets.shape[0] - 1, seqs.longest, self._most_tokens)
         if bucket is None or self.failed:
             return None
         with self._lock:
@@ -244,8 +252,14 @@ class Replays:
         if seqs is None:
             return None
         if self.graphs is None:
-            self.graphs = StreamGraphs(self._body, device)
+            parameters = sum(p.numel() for p in self._module.parameters())
+            self.graphs = StreamGraphs(self._body, device, most_tokens_for(parameters))
         return self.graphs.run(ids, types, positions, seqs)
+
+
+def most_tokens_for(parameters: int) -> int:
+    """The largest bucket a model of this many parameters replays (128 tokens at least)."""
+    return max([TOKEN_BUCKETS[1], *(size for size in TOKEN_BUCKETS if size * parameters <= PARAMETER_TOKENS)])
 
 
 def _dtype_of(module: torch.nn.Module) -> torch.dtype:

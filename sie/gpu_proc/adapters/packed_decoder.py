@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from sie.gpu_proc.adapters.cuda_graphs import Replays
 from sie.gpu_proc.adapters.packed import Packing, plan, rotate_half, stream_positions, streamed, unpacked
 from sie.gpu_proc.adapters.varlen import CAUSAL, FULL, Sequences, attend
 
@@ -35,6 +36,7 @@ class PackedDecoder:
         self._head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self._heads)
         self._causal = getattr(config, "is_causal", True) is not False
         self._windows = [_window(layer.self_attn, config) for layer in base.layers]
+        self._replays = Replays(base, self._stream_body)
 
     @staticmethod
     def wrap(base: Any) -> PackedDecoder | None:
@@ -60,28 +62,46 @@ class PackedDecoder:
             raise ValueError("decoder embedders attend to every earlier token: no key mask")
         packing = plan(lengths, input_ids.shape[1], None, input_ids.device)
         ids = streamed(input_ids, packing)
-        flat = self._base.embed_tokens(ids)
         positions = stream_positions(packing, input_ids)
+        seqs = packing.varlen(self._base.embed_tokens.weight.dtype, self._head_dim)
+        # decoders have no token types: the ids stand in for them
+        flat = self._replays.run(ids, ids, positions, seqs, lengths, self._head_dim)
+        if flat is None:
+            flat = self._layers(ids, positions, packing, _Masks(input_ids.device, causal=self._causal), seqs)
+        return unpacked(flat, packing)
+
+    def _stream_body(
+        self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
+    ) -> torch.Tensor:
+        """The stream attended through the varlen kernel alone: what a CUDA graph records."""
+        return self._layers(ids, positions, None, None, seqs)
+
+    def _layers(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        packing: Packing | None,
+        masks: _Masks | None,
+        seqs: Sequences | None,
+    ) -> torch.Tensor:
+        flat = self._base.embed_tokens(ids)
         cos, sin = self._base.rotary_emb(flat, positions[None])  # [1, tokens, head_dim]
         rotary = (cos[0, :, None, :], sin[0, :, None, :])
-        masks = _Masks(input_ids.device, causal=self._causal)
-        seqs = packing.varlen(flat.dtype, self._head_dim)
         for layer, window in zip(self._base.layers, self._windows, strict=True):
             attended = self._attend(
                 layer.self_attn, layer.input_layernorm(flat), rotary, packing, masks, window, seqs
             )
             flat = flat + attended
             flat = flat + layer.mlp(layer.post_attention_layernorm(flat))
-        flat = self._base.norm(flat)
-        return unpacked(flat, packing)
+        return self._base.norm(flat)
 
     def _attend(
         self,
         attention: Any,
         hidden: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor],
-        packing: Packing,
-        masks: _Masks,
+        packing: Packing | None,
+        masks: _Masks | None,
         window: int | None,
         seqs: Sequences | None,
     ) -> torch.Tensor:
@@ -98,6 +118,8 @@ class PackedDecoder:
             out = attend(q, k, v, seqs, self._band(window))
             if out is not None:
                 return attention.o_proj(out.reshape(tokens, self._heads * d))
+        if packing is None or masks is None:  # a graph's body: padded groups need the batch's plan
+            raise RuntimeError("varlen attention is unavailable")
         if packing.uniform:
             n, length = packing.shape
             blocks = (t.view(n, length, -1, d).transpose(1, 2) for t in (q, k, v))
