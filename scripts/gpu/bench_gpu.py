@@ -220,6 +220,7 @@ def main() -> int:
         stop_server(process)
         shutil.copy(log_path, args.out.parent / "gpu-kit-server.log")  # it comes back with the JSON
         report["varlen_failures"] = varlen_failures(log_path)
+        report["cuda_graph_failures"] = cuda_graph_failures(log_path)
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)  # a fresh temporary folder: the models go with it
     report["total_s"] = round(time.monotonic() - started, 1)
@@ -261,6 +262,13 @@ def _versions() -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "varlen_kernel": Kernel.attend is not None,  # torch.nn.attention.varlen in this PyTorch
     }
+
+
+def cuda_graph_failures(log_path: Path) -> int:
+    """How many models turned CUDA graphs off: a failed capture or a replay the eager forward
+    disagreed with (sie.gpu_proc.adapters.cuda_graphs)."""
+    text = log_path.read_text(errors="replace")
+    return text.count("CUDA graph capture failed") + text.count("CUDA graph replay disagrees")
 
 
 def varlen_failures(log_path: Path) -> int:
