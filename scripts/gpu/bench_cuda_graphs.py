@@ -39,8 +39,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_ms(step: Any, device: torch.device) -> float:
-    repeats = REPEATS if device.type == "cuda" else 2
+def time_ms(step: Any, device: torch.device, repeats: int) -> float:
+    """Milliseconds per call of `step`, synchronised, after three warm-up calls."""
     for _ in range(3):
         step()
     _sync(device)
@@ -49,6 +49,25 @@ def _time_ms(step: Any, device: torch.device) -> float:
         step()
     _sync(device)
     return (time.perf_counter() - start) * 1e3 / repeats
+
+
+def command_line(doc: str | None) -> tuple[Path | None, torch.device, torch.dtype, int]:
+    """`--out FILE` and `--cpu`: where the JSON goes, the device, its dtype and repeats per timing."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--cpu", action="store_true")
+    args = parser.parse_args()
+    torch.backends.cuda.enable_cudnn_sdp(False)  # as sie's device does
+    if torch.cuda.is_available() and not args.cpu:
+        return args.out, torch.device("cuda"), torch.float16, REPEATS
+    return args.out, torch.device("cpu"), torch.float32, 2
+
+
+def write_rows(out: Path | None, device: torch.device, rows: list[dict[str, Any]]) -> None:
+    if out is not None:
+        out.write_text(
+            json.dumps({"device": str(device), "torch": torch.__version__, "rows": rows}, indent=1)
+        )
 
 
 def _graphed(model: torch.nn.Module, ids: torch.Tensor) -> Any:
@@ -67,14 +86,14 @@ def _graphed(model: torch.nn.Module, ids: torch.Tensor) -> Any:
 
 
 def measure(
-    name: str, shape: dict[str, int], device: torch.device, dtype: torch.dtype
+    name: str, shape: dict[str, int], device: torch.device, dtype: torch.dtype, repeats: int
 ) -> list[dict[str, Any]]:
     model = _model(shape, device, dtype)
     rows = []
     with torch.inference_mode():
         for batch, tokens in SHAPES:
             ids = torch.randint(1000, 20000, (batch, tokens), device=device)
-            eager = _time_ms(lambda ids=ids: model(input_ids=ids), device)
+            eager = time_ms(lambda ids=ids: model(input_ids=ids), device, repeats)
             row: dict[str, Any] = {
                 "model": name,
                 "rows": batch,
@@ -84,7 +103,7 @@ def measure(
             if device.type == "cuda":
                 try:
                     replay = _graphed(model, ids)
-                    row["graph_ms"] = round(_time_ms(replay, device), 3)
+                    row["graph_ms"] = round(time_ms(replay, device, repeats), 3)
                     row["speedup"] = round(eager / row["graph_ms"], 2)
                 except Exception as error:  # a capture this transformers can't do is a finding too
                     row["graph_error"] = f"{type(error).__name__}: {error}"[:300]
@@ -94,24 +113,12 @@ def measure(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--cpu", action="store_true")
-    args = parser.parse_args()
-    use_cuda = torch.cuda.is_available() and not args.cpu
-    device = torch.device("cuda" if use_cuda else "cpu")
-    dtype = torch.float16 if use_cuda else torch.float32
-    torch.backends.cuda.enable_cudnn_sdp(False)  # as sie's device does
+    out, device, dtype, repeats = command_line(__doc__)
     rows = [
-        *measure("all-MiniLM-L6-v2", MINILM_L6, device, dtype),
-        *measure("bge-base-en-v1.5", BGE_BASE, device, dtype),
+        *measure("all-MiniLM-L6-v2", MINILM_L6, device, dtype, repeats),
+        *measure("bge-base-en-v1.5", BGE_BASE, device, dtype, repeats),
     ]
-    if args.out:
-        args.out.write_text(
-            json.dumps({"device": str(device), "torch": torch.__version__, "rows": rows}, indent=1)
-        )
+    write_rows(out, device, rows)
     return 0
 
 

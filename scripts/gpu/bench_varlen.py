@@ -13,10 +13,8 @@ there neither applies, so every column times the padded path.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ import transformers
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "scripts" / "gpu"), str(REPO)]
 
+from bench_cuda_graphs import command_line, time_ms, write_rows  # noqa: E402
 from build_models import BGE_BASE, MINILM_L6, QWEN3_06B, _qwen3_config  # noqa: E402
 
 from sie.gpu_proc.adapters import varlen  # noqa: E402
@@ -46,19 +45,6 @@ def _batch(rows: int, vocab: int, device: torch.device) -> tuple[torch.Tensor, l
     return ids.to(device), lengths
 
 
-def _time_ms(step: Any, device: torch.device, repeats: int) -> float:
-    for _ in range(3):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) * 1e3 / repeats
-
-
 def measure(name: str, model: Any, packed: Any, device: torch.device, repeats: int) -> list[dict[str, Any]]:
     rows = []
     vocab = model.config.vocab_size
@@ -73,7 +59,7 @@ def measure(name: str, model: Any, packed: Any, device: torch.device, repeats: i
             ):
                 Graphs.enabled, varlen.Kernel.failed = graphs, failed
                 step = lambda ids=ids, lengths=lengths: packed.hidden_states(ids, lengths)  # noqa: E731
-                row[label] = round(_time_ms(step, device, repeats), 3)
+                row[label] = round(time_ms(step, device, repeats), 3)
             Graphs.enabled, varlen.Kernel.failed = True, False
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -81,16 +67,7 @@ def measure(name: str, model: Any, packed: Any, device: torch.device, repeats: i
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--cpu", action="store_true")
-    args = parser.parse_args()
-    use_cuda = torch.cuda.is_available() and not args.cpu
-    device = torch.device("cuda" if use_cuda else "cpu")
-    dtype, repeats = (torch.float16, 30) if use_cuda else (torch.float32, 2)
-    torch.backends.cuda.enable_cudnn_sdp(False)  # as sie's device does
+    out, device, dtype, repeats = command_line(__doc__)
     rows = []
     for name, shape in (("all-MiniLM-L6-v2", MINILM_L6), ("bge-base-en-v1.5", BGE_BASE)):
         model = transformers.BertModel(transformers.BertConfig(**shape), add_pooling_layer=False)
@@ -98,10 +75,7 @@ def main() -> int:
         rows += measure(name, model, PackedEncoder.wrap(model), device, repeats)
     qwen3 = transformers.AutoModel.from_config(_qwen3_config(QWEN3_06B)).to(device, dtype).eval()
     rows += measure("Qwen3-0.6B", qwen3, PackedDecoder.wrap(qwen3), device, repeats)
-    if args.out:
-        args.out.write_text(
-            json.dumps({"device": str(device), "torch": torch.__version__, "rows": rows}, indent=1)
-        )
+    write_rows(out, device, rows)
     return 0
 
 
