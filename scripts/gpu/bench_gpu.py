@@ -2,12 +2,14 @@
 
     python scripts/gpu/bench_gpu.py --out FILE [--cpu] [--seconds 6] [--clients 1,32,256]
                                     [--frontends N] [--work DIR] [--skip-tests]
+                                    [--models minilm,qwen3] [--warmup-s 1]
 
 1. Builds random-weight models of real shapes (scripts/gpu/build_models.py; `--cpu`: tiny ones),
    one YAML per model and precision (float16 and bfloat16 on CUDA; float32 and bfloat16 on CPU).
 2. Runs the tests marked `gpu` (skipped without CUDA) and keeps their summary.
 3. For each model and precision: the raw batched forward in-process (scripts/gpu/raw_forward.py),
-   then sie over HTTP (one server, every model preloaded) at each client count, one item per
+   then sie over HTTP (one server, every model preloaded): `--warmup-s` of unmeasured load at the
+   most clients (CUDA graphs capture each batch shape on first use), then each client count, one item per
    request (10-40-word texts; 640x480 JPEGs for CLIP; for the reranker a query and 8 documents,
    items being pairs), with the GPU's busy share sampled from NVML while the clients run
    (`utilization.gpu`: the time a kernel was running).
@@ -168,6 +170,16 @@ def main() -> int:
     parser.add_argument("--frontends", type=int)
     parser.add_argument("--work", type=Path, help="where the models go (default: a temporary folder)")
     parser.add_argument("--skip-tests", action="store_true")
+    parser.add_argument(
+        "--models", help="only the models whose name holds one of these comma-separated parts (minilm,qwen3)"
+    )
+    parser.add_argument(
+        "--warmup-s",
+        type=float,
+        default=1.0,
+        help="load at the most clients before each model's measured runs, unmeasured: the batch shapes "
+        "that CUDA graphs capture on first use are captured by then",
+    )
     args = parser.parse_args()
     device = "cpu" if args.cpu else "cuda"
     cores = os.cpu_count() or 2
@@ -182,6 +194,9 @@ def main() -> int:
     report.update(_versions())
     started = time.monotonic()
     specs = build(work, args.cpu, device, default_tokenizer_dir())
+    if args.models:
+        parts = args.models.split(",")
+        specs = [spec for spec in specs if any(part in spec["name"] for part in parts)]
     report["build_s"] = round(time.monotonic() - started, 1)
     print(f"built {len(specs)} models in {report['build_s']} s", flush=True)
     if not args.skip_tests:
@@ -205,10 +220,13 @@ def main() -> int:
     process, url, _, log_path = start_server(frontends, extra, "gpukit")
     report["server_log"] = str(log_path)
     try:
+        counts = [int(c) for c in args.clients.split(",")]
         for spec in specs:
             bodies, fmt = bodies_for(spec, texts, images)
             spec["sie"] = {}
-            for clients in (int(c) for c in args.clients.split(",")):
+            if args.warmup_s > 0:
+                load(url, spec, bodies, fmt, max(counts), args.warmup_s)
+            for clients in counts:
                 run = functools.partial(load, url, spec, bodies, fmt, clients, args.seconds)
                 result, gpu_busy = busy.during(run)
                 result["gpu_busy_percent"] = gpu_busy
