@@ -28,17 +28,28 @@ def loadable_devices(control: ControlBlock, up: list[int], slot: int, cooldown_s
     return [device for device in up if may_load(device)]
 
 
+# Shares of memory this close count as equal: two devices' readings are taken at different moments,
+# and on CPU devices a process's resident set moves by more than a small model between two.
+SHARE_TOLERANCE = 0.02
+
+
 def least_loaded(control: ControlBlock, devices: list[int]) -> int:
-    """The device using the smallest share of its memory (as the devices measured it), then the one
-    holding fewest models. A share, not free bytes: CPU devices all see the same free system memory,
-    while their own use tells them apart; for GPUs of one size the two orders agree."""
+    """The device using the smallest share of its memory (as the devices measured it); among those
+    within SHARE_TOLERANCE of it, the one holding fewest models. A share, not free bytes: CPU
+    devices all see the same free system memory, while their own use tells them apart; for GPUs of
+    one size the two orders agree."""
 
-    def load(device: int) -> tuple[float, int]:
+    def share(device: int) -> float:
         used, capacity = control.device_memory(device)
-        held = int(np.count_nonzero(control.models["state"][device] != ModelState.AVAILABLE))
-        return (used / capacity if capacity else 0.0, held)
+        return used / capacity if capacity else 0.0
 
-    return min(devices, key=load)
+    def held(device: int) -> int:
+        return int(np.count_nonzero(control.models["state"][device] != ModelState.AVAILABLE))
+
+    shares = {device: share(device) for device in devices}
+    lowest = min(shares.values())
+    close = [device for device in devices if shares[device] <= lowest + SHARE_TOLERANCE]
+    return min(close, key=lambda device: (held(device), shares[device]))
 
 
 @dataclass(slots=True)

@@ -42,6 +42,18 @@ def test_the_device_using_the_smallest_share_of_its_memory_gets_the_load(control
     assert least_loaded(control, [0, 1]) == 1
 
 
+def test_near_equal_shares_go_to_the_device_holding_fewer_models(control: ControlBlock) -> None:
+    # Device 0 holds a small model; device 1 holds none, yet read 0.2 % more of its memory in use
+    # (two processes' resident sets, read at different moments, differ by more than a small model).
+    control.set_device_memory(0, int(3.00 * GIB), 24 * GIB)
+    control.set_device_memory(1, int(3.05 * GIB), 24 * GIB)
+    control.set_model_state(0, 3, ModelState.LOADED)
+    assert least_loaded(control, [0, 1]) == 1
+    # A real difference in use still decides, whatever the models held.
+    control.set_device_memory(1, 12 * GIB, 24 * GIB)
+    assert least_loaded(control, [0, 1]) == 0
+
+
 def test_a_failed_device_is_skipped_until_its_cool_down_passes(control: ControlBlock) -> None:
     control.set_model_state(0, 2, ModelState.FAILED, "OSError: bad")
     control.set_model_state(1, 2, ModelState.LOADING)
