@@ -111,7 +111,7 @@ class InferenceThread:
         """
         self.in_flight += 1
         adapter = self._registry.get(batch.model_slot)
-        if len(self._workers) > 1 and not _runs_concurrently(adapter):
+        if self._runs_alone(adapter):
             self._solo[batch.model_slot] += 1
         if self.in_flight == 1 and adapter is not None and self._runner.is_light(adapter, batch):
             self._finished.append((self._forward(batch), None))
@@ -205,9 +205,14 @@ class InferenceThread:
         return Finished(got.done, got.outputs, Status.OK, got.message, started, finished, tuple(got.failed))
 
     def _one_at_a_time(self, slot: int, adapter: object) -> contextlib.AbstractContextManager[object]:
-        if len(self._workers) == 1 or _runs_concurrently(adapter):
+        if not self._runs_alone(adapter):
             return contextlib.nullcontext()
         return self._exclusive.setdefault(slot, threading.Lock())
+
+    def _runs_alone(self, adapter: object) -> bool:
+        """Whether the adapter's batches must run one at a time here: several workers, and an adapter
+        that does not say its forward keeps no state (`Adapter.concurrent_forwards`; None does not)."""
+        return len(self._workers) > 1 and not getattr(adapter, "concurrent_forwards", False)
 
     @contextlib.contextmanager
     def _counted(self) -> Iterator[int]:
@@ -220,11 +225,6 @@ class InferenceThread:
         finally:
             with self._running_lock:
                 self._running -= 1
-
-
-def _runs_concurrently(adapter: object) -> bool:
-    """Whether the adapter may run two batches at once (`Adapter.concurrent_forwards`); None may not."""
-    return bool(getattr(adapter, "concurrent_forwards", False))
 
 
 def _release_cached_memory() -> None:

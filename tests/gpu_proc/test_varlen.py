@@ -123,8 +123,7 @@ def older_kernel(
 
 def test_a_kernel_without_the_gqa_flag_serves_grouped_key_heads(kernel: Calls) -> None:
     kernel.kernel = older_kernel
-    monkey_signature = inspect.signature(older_kernel)
-    kernel.__signature__ = monkey_signature  # type: ignore[attr-defined]  # as the real kernel shows it
+    kernel.__signature__ = inspect.signature(older_kernel)  # type: ignore[attr-defined]  # as the real one shows it
     torch.manual_seed(0)
     model = transformers.AutoModel.from_config(transformers.Qwen3Config(**DECODER)).eval()
     packed = PackedDecoder.wrap(model)
