@@ -237,8 +237,7 @@ def main() -> int:
     finally:
         stop_server(process)
         shutil.copy(log_path, args.out.parent / "gpu-kit-server.log")  # it comes back with the JSON
-        report["varlen_failures"] = varlen_failures(log_path)
-        report["cuda_graph_failures"] = cuda_graph_failures(log_path)
+        report.update(fallbacks(log_path))
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)  # a fresh temporary folder: the models go with it
     report["total_s"] = round(time.monotonic() - started, 1)
@@ -282,16 +281,16 @@ def _versions() -> dict[str, Any]:
     }
 
 
-def cuda_graph_failures(log_path: Path) -> int:
-    """How many models turned CUDA graphs off: a failed capture or a replay the eager forward
-    disagreed with (sie.gpu_proc.adapters.cuda_graphs)."""
+def fallbacks(log_path: Path) -> dict[str, int]:
+    """From the server's log: how often its varlen attention fell back to padded groups
+    (sie.gpu_proc.adapters.varlen), and how many models turned CUDA graphs off, by a failed
+    capture or a replay the eager forward disagreed with (sie.gpu_proc.adapters.cuda_graphs)."""
     text = log_path.read_text(errors="replace")
-    return text.count("CUDA graph capture failed") + text.count("CUDA graph replay disagrees")
-
-
-def varlen_failures(log_path: Path) -> int:
-    """How often the server's varlen attention fell back to padded groups (sie.gpu_proc.adapters.varlen)."""
-    return log_path.read_text(errors="replace").count("varlen attention failed")
+    return {
+        "varlen_failures": text.count("varlen attention failed"),
+        "cuda_graph_failures": text.count("CUDA graph capture failed")
+        + text.count("CUDA graph replay disagrees"),
+    }
 
 
 if __name__ == "__main__":

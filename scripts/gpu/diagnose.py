@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO / "scripts"), str(REPO / "scripts" / "gpu"), str(REPO)]
 
 from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts  # noqa: E402
-from bench_gpu import GpuBusy, bodies_for, cuda_graph_failures, load, server_args, varlen_failures  # noqa: E402
+from bench_gpu import GpuBusy, bodies_for, fallbacks, load, server_args  # noqa: E402
 from build_models import _yamls, build_text, default_tokenizer_dir, text_models  # noqa: E402
 
 WATCHED = ("sie_batch_size", "sie_forward_seconds", "sie_request_stage_seconds", "sie_process_cpu_seconds")
@@ -141,8 +141,7 @@ def main() -> int:
     finally:
         stop_server(process)
         shutil.copy(log_path, args.out / "diagnose-server.log")
-        report["varlen_failures"] = varlen_failures(log_path)
-        report["cuda_graph_failures"] = cuda_graph_failures(log_path)
+        report.update(fallbacks(log_path))
         shutil.rmtree(work, ignore_errors=True)
     report["runs"] = runs
     (args.out / "diagnose.json").write_text(json.dumps(report, indent=1))
