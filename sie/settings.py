@@ -46,6 +46,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     cpu_linear: Literal["auto", "onednn", "torch"] = "auto"
     cuda_graphs: bool = True
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    listen_backlog: int = 2048
+    rebalance_connections: bool = True
     # Images and audio (sie.frontend.media): each limit is a 400 before any large allocation.
     max_image_pixels: int = 50_000_000
     max_images_per_item: int = 16
@@ -126,6 +128,11 @@ HELP: dict[str, str] = {
     "cuda_graphs": "on a GPU, replay the padding-free forwards (BERT-family encoders, Qwen/Mistral/Llama "
     "decoders) from CUDA graphs captured per batch-shape bucket instead of launching each kernel",
     "event_loop": "frontend event loop: uvloop (auto: when installed) or asyncio",
+    "listen_backlog": "connections the kernel queues on the listening socket before the frontends "
+    "accept them",
+    "rebalance_connections": "a frontend carrying well over its share of the in-flight requests, while "
+    "another carries well under, now and then answers with `connection: close` so the client "
+    "reconnects to an idle frontend",
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",
     "max_audio_seconds": "longest audio one item may carry",

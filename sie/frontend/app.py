@@ -56,7 +56,7 @@ class SieApp(Starlette):
             app = BearerAuth(app, ops.auth_tokens, protect_metrics=ops.protect_metrics)
         app = ClientWatch(app, lambda: _is_draining(state))
         instance = (INSTANCE_HEADER, self.state.instance.encode("latin-1", "replace"))
-        return RequestObserver(app, ops.recorder, ops.tracer, headers=[instance])
+        return RequestObserver(app, ops.recorder, ops.tracer, headers=[instance], rebalancer=ops.rebalancer)
 
 
 def build_app(state: FrontendState) -> Starlette:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sie.frontend.rebalance import CLOSE_HEADER
 from sie.metrics.labels import route_of
 from sie.version import __version__
 
 if TYPE_CHECKING:
+    from sie.frontend.rebalance import ConnectionRebalancer
     from sie.frontend.tracing import Tracer
     from sie.metrics.recorders import FrontendRecorder
 
@@ -94,10 +96,12 @@ class RequestObserver:
         recorder: FrontendRecorder | None,
         tracer: Tracer | None,
         headers: Sequence[tuple[bytes, bytes]] = (),
+        rebalancer: ConnectionRebalancer | None = None,
     ) -> None:
         self.app = app
         self.recorder = recorder
         self.tracer = tracer
+        self.rebalancer = rebalancer
         # Added to every response here, in the one send wrapper every request already pays for.
         self.headers = [SERVER_HEADER, *headers]
 
@@ -114,6 +118,10 @@ class RequestObserver:
                 if record.results_at_s is not None:
                     record.postprocessing_s = time.perf_counter() - record.results_at_s
                 message["headers"] = [*message.get("headers", ()), *self.headers]
+                # HTTP/1.1 only: h2 multiplexes its requests and forbids the `connection` header.
+                http11 = scope.get("http_version") == "1.1"
+                if counted and http11 and self.rebalancer is not None and self.rebalancer.should_close():
+                    message["headers"].append(CLOSE_HEADER)
             await send(message)
 
         span = self.tracer.start(scope, record) if self.tracer is not None else None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sie.frontend.exposition import Sources
+    from sie.frontend.rebalance import ConnectionRebalancer
     from sie.frontend.tracing import Tracer
     from sie.metrics.recorders import FrontendRecorder
 
@@ -22,3 +23,4 @@ class Operations:
     recorder: FrontendRecorder | None = None  # this frontend's rows of the statistics block
     sources: Sources | None = None  # what /metrics reads: the whole server's blocks
     tracer: Tracer | None = None
+    rebalancer: ConnectionRebalancer | None = None  # closes a connection now and then on a crowded frontend

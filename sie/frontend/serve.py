@@ -21,6 +21,7 @@ from sie.frontend.exposition import Sources
 from sie.frontend.media import resample
 from sie.frontend.operations import Operations
 from sie.frontend.placement import ReplicaWatch
+from sie.frontend.rebalance import ConnectionRebalancer
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import TokenizerCache
 from sie.heap import HeapTrimmer
@@ -66,6 +67,10 @@ def operations(
 ) -> Operations:
     """Tokens from the supervisor's memfd, this frontend's statistics rows, tracing if enabled."""
     names = spec.device_names or [f"device{d}" for d in range(control.n_devices)]
+    recorder = FrontendRecorder(stats, spec.index)
+    rebalancer = None
+    if settings.rebalance_connections and len(recorder.all_in_flight) > 1:
+        rebalancer = ConnectionRebalancer(recorder.all_in_flight, spec.index)
     tracer = None
     if settings.tracing_enabled:
         from sie.frontend.tracing import tracer_from_environment
@@ -74,9 +79,10 @@ def operations(
     return Operations(
         auth_tokens=read_shared_tokens(spec.auth_fd),
         protect_metrics=settings.metrics_auth,
-        recorder=FrontendRecorder(stats, spec.index),
+        recorder=recorder,
         sources=Sources(stats, control, catalog.slot_names(), names),
         tracer=tracer,
+        rebalancer=rebalancer,
     )
 
 
@@ -88,6 +94,7 @@ def hypercorn_config(settings: Settings, listen_fd: int) -> Config:
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")  # through our handlers, once
     config.keep_alive_timeout = 75  # longer than common client pools keep idle connections
+    config.backlog = settings.listen_backlog  # hypercorn listens again on the shared socket: keep ours
     return config
 
 

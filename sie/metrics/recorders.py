@@ -39,7 +39,9 @@ class FrontendRecorder:
         self._items = v["items"][frontend]
         self._tokens = v["tokens"][frontend]
         self._disconnects = v["disconnects"][frontend]
+        self.all_in_flight = v["in_flight"]  # every frontend's gauge, for the connection rebalancer
         self._in_flight = v["in_flight"][frontend : frontend + 1]
+        self._in_flight[0] = 0  # a restarted frontend's predecessor took its requests with it
         self._stage_buckets = v["stage_buckets"][frontend]
         self._stage_sum = v["stage_sum_s"][frontend]
         self.started_total = 0  # this process's own count, for idle detection

@@ -77,7 +77,8 @@ class Supervisor:
         removed = sweep_stale()
         if removed:
             log.info("removed stale shared memory of dead servers", extra={"count": len(removed)})
-        self.listener = inherited_socket() or bind(self.settings.host, self.settings.port)
+        settings = self.settings
+        self.listener = inherited_socket() or bind(settings.host, settings.port, settings.listen_backlog)
         host, port = self.listener.getsockname()[:2]
         self.resources = SharedResources(
             self.namespace, self.settings, len(self.devices), len(self.frontends), self.slot_capacity
@@ -310,12 +311,12 @@ def device_labels(names: list[str]) -> list[str]:
     return [f"{name}:{i}" if names.count(name) > 1 else name for i, name in enumerate(names)]
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    sock.listen(backlog)
     sock.set_inheritable(True)
     return sock
 

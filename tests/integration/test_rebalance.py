@@ -1,0 +1,114 @@
+"""Connections spread over the frontends: a burst that landed on one frontend drifts to the idle one,
+and the listening socket keeps the backlog sie asked for (hypercorn listens on it again)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.server import Server
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 8
+LOAD_S = 3.0
+BODY = json.dumps({"items": [{"text": "a short sentence to embed"}]})
+
+
+def connections_per_frontend(server: Server) -> dict[int, int]:
+    counts = {}
+    for pid in server.roles()["frontend"]:
+        held = psutil.Process(pid).net_connections(kind="tcp")
+        counts[pid] = sum(c.status == "ESTABLISHED" and c.laddr.port == server.port for c in held)
+    return counts
+
+
+def load(port: int, stop_at: float, closes: list[int], held: list[http.client.HTTPConnection]) -> None:
+    """One keep-alive client: http.client reconnects by itself after a `connection: close`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    while time.monotonic() < stop_at:
+        conn.request("POST", "/v1/encode/sie-fake", BODY, {"content-type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        assert response.status == 200
+        if response.getheader("connection") == "close":
+            closes.append(1)
+    held.append(conn)  # still open, so the count after the load sees where it ended
+
+
+def crowd_one_frontend_then_load(server: Server) -> tuple[int, dict[int, int], int]:
+    """The clients connect while the second frontend is stopped, so the first accepts them all."""
+    first, second = server.roles()["frontend"]
+    closes: list[int] = []
+    held: list[http.client.HTTPConnection] = []
+    stop_at = time.monotonic() + LOAD_S
+    threads = [
+        threading.Thread(target=load, args=(server.port, stop_at, closes, held)) for _ in range(CLIENTS)
+    ]
+    os.kill(second, signal.SIGSTOP)
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        assert connections_per_frontend(server) == {first: CLIENTS, second: 0}
+    finally:
+        os.kill(second, signal.SIGCONT)
+    for thread in threads:
+        thread.join()
+    counts = connections_per_frontend(server)
+    for conn in held:
+        conn.close()
+    assert len(held) == CLIENTS  # every client ran to the end
+    return second, counts, len(closes)
+
+
+def serve_fake(rebalance: bool) -> Server:
+    return Server(
+        "--models", "sie-fake", "--preload", "sie-fake",
+        "--max-batch-wait-ms", "20",  # each request stays in flight a while: steady gauges
+        env={"SIE_REBALANCE_CONNECTIONS": "true" if rebalance else "false"},
+    ).wait_ready()  # fmt: skip
+
+
+def test_a_crowded_frontend_hands_clients_to_the_idle_one() -> None:
+    server = serve_fake(rebalance=True)
+    try:
+        second, counts, closes = crowd_one_frontend_then_load(server)
+        assert closes >= 1
+        assert counts[second] >= 2, (counts, closes)  # fair share: 4 of 8
+        assert sum(counts.values()) == CLIENTS
+    finally:
+        server.stop()
+
+
+def test_without_rebalancing_the_burst_stays_where_it_landed() -> None:
+    server = serve_fake(rebalance=False)
+    try:
+        second, counts, closes = crowd_one_frontend_then_load(server)
+        assert closes == 0
+        assert counts[second] == 0, counts
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_the_listening_socket_keeps_the_backlog_asked_for() -> None:
+    server = Server("--models", "sie-fake", "--preload", "sie-fake", "--listen-backlog", "777").wait_ready()
+    try:
+        listing = subprocess.run(["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True)
+        state, _recv_q, send_q, *_ = listing.stdout.split()
+        assert state == "LISTEN"
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+        assert int(send_q) == min(777, somaxconn)
+    finally:
+        server.stop()
