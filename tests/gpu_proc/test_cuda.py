@@ -135,6 +135,20 @@ def test_the_packed_encoder_replays_cuda_graphs_as_transformers_answers(precisio
     assert graphs is not None and not graphs.failed and len(graphs) == 2
 
 
+def test_the_staging_ring_never_overwrites_a_copy_still_queued() -> None:
+    from sie.gpu_proc.transfer import StagingRing
+
+    def allocate(nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    staging = StagingRing(allocate, torch.cuda.synchronize, first_bytes=4096)
+    torch.cuda._sleep(50_000_000)  # the stream is busy: every copy below queues behind this
+    moved = [staging.stage([np.full(100, i, np.int64)]).to("cuda", non_blocking=True) for i in range(40)]
+    assert staging.wraps >= 3
+    for i, tensor in enumerate(moved):
+        assert tensor.tolist() == [i] * 100
+
+
 def test_index_arrays_reach_the_device_in_one_copy_unchanged() -> None:
     from sie.gpu_proc.transfer import to_device
 
