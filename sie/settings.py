@@ -95,7 +95,7 @@ HELP: dict[str, str] = {
     "host": "address to listen on",
     "port": "port to listen on (0 picks a free one)",
     "frontends": "number of HTTP frontend processes, each tokenizing and decoding its own requests "
-    "(default: 2 on a CPU device; with GPUs, half the cores, from 2 to 8)",
+    "(default: 2 on a CPU device; with GPUs, the cores less two per GPU, from 2 to 32)",
     "device": "auto | cpu | cuda | cuda:N | cuda:0,1 (auto: every visible GPU, else one CPU device)",
     "models_dir": "directory of model YAML files, or an s3:// gs:// file:// URL of one, read at start and "
     "on SIGHUP (default: the built-in models)",

@@ -49,6 +49,8 @@ from bench import make_texts, percentile, run_load  # noqa: E402
 from build_models import build, default_tokenizer_dir  # noqa: E402
 from raw_forward import measure_images, measure_score, measure_text, release_memory  # noqa: E402
 
+from sie.supervisor.children import frontend_count  # noqa: E402
+
 PAIRS_PER_REQUEST = 8  # a reranker request: one query and eight documents
 
 
@@ -183,7 +185,7 @@ def main() -> int:
     args = parser.parse_args()
     device = "cpu" if args.cpu else "cuda"
     cores = os.cpu_count() or 2
-    frontends = args.frontends or (2 if args.cpu else max(2, min(8, cores // 2)))
+    frontends = frontend_count(args.frontends, [device], cores)  # the server's own default
     work = args.work or Path(tempfile.mkdtemp(prefix="sie-gpu-"))
     report: dict[str, Any] = {
         "device": device,

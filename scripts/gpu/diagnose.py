@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,8 @@ from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts  # noqa: E402
 from bench_gpu import GpuBusy, bodies_for, fallbacks, load, server_args  # noqa: E402
 from build_models import _yamls, build_text, default_tokenizer_dir, text_models  # noqa: E402
+
+from sie.supervisor.children import frontend_count  # noqa: E402
 
 WATCHED = ("sie_batch_size", "sie_forward_seconds", "sie_request_stage_seconds", "sie_process_cpu_seconds")
 
@@ -117,7 +120,7 @@ def main() -> int:
     texts, _ = make_texts(2048, 10, 40)
     fake = {"id": "sie-fake", "kind": "text"}
     extra = server_args(device, work / "models", [minilm["id"], "sie-fake"])
-    frontends = 2 if args.cpu else 8
+    frontends = frontend_count(None, ["cpu" if args.cpu else "cuda"], os.cpu_count() or 2)  # the default
     process, url, _, log_path = start_server(frontends, extra, "diagnose")
     busy = GpuBusy()
     runs: list[dict[str, Any]] = []

@@ -48,8 +48,9 @@ def test_duplicate_device_names_get_their_index_for_display() -> None:
 
 def test_frontends_follow_the_devices_and_cores_unless_asked() -> None:
     assert frontend_count(None, ["cpu"], 64) == 2  # the forward shares the cores with them
-    assert frontend_count(None, ["cuda:0"], 16) == 8
-    assert frontend_count(None, ["cuda:0", "cuda:1"], 64) == 8
-    assert frontend_count(None, ["cuda:0"], 2) == 2
-    assert frontend_count(None, ["cuda:0"], 10) == 5
+    assert frontend_count(None, ["cuda:0"], 16) == 14  # two cores left to the device process
+    assert frontend_count(None, ["cuda:0", "cuda:1"], 16) == 12
+    assert frontend_count(None, ["cuda:0"] * 8, 128) == 32  # at most 32
+    assert frontend_count(None, ["cuda:0"], 2) == 2  # at least 2
+    assert frontend_count(None, ["cuda:0", "cuda:1"], 4) == 2
     assert frontend_count(3, ["cuda:0"], 16) == 3
