@@ -96,6 +96,12 @@ class ServerCollector(Collector):
         in_flight = GaugeMetricFamily("sie_requests_in_flight", "API requests being served now")
         in_flight.add_metric([], float(v["in_flight"].sum()))
         yield in_flight
+        rebalances = CounterMetricFamily(
+            "sie_connection_rebalances",
+            "Keep-alive connections closed to move their client to a less busy frontend",
+        )
+        rebalances.add_metric([], float(v["rebalances"].sum()))
+        yield rebalances
         for key, name, doc in (
             ("items", "sie_items", "Items (texts, pairs) sent to devices"),
             ("tokens", "sie_tokens", "Tokens sent to devices"),

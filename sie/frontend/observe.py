@@ -122,6 +122,7 @@ class RequestObserver:
                 http11 = scope.get("http_version") == "1.1"
                 if counted and http11 and self.rebalancer is not None and self.rebalancer.should_close():
                     message["headers"].append(CLOSE_HEADER)
+                    self.recorder.rebalanced()  # type: ignore[union-attr]
             await send(message)
 
         span = self.tracer.start(scope, record) if self.tracer is not None else None

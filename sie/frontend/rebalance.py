@@ -39,7 +39,6 @@ class ConnectionRebalancer:
         self._min_interval_s = min_interval_s
         self._clock = clock
         self._next_s = 0.0
-        self.closes = 0
 
     def should_close(self) -> bool:
         """Called as a response starts, while its own request still counts as in flight."""
@@ -54,5 +53,4 @@ class ConnectionRebalancer:
         if mine <= 1.25 * fair + 1 or int(loads.min()) >= 0.75 * fair - 1:
             return False
         self._next_s = now + self._min_interval_s
-        self.closes += 1
         return True

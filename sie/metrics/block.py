@@ -42,6 +42,7 @@ def sections(n_devices: int, n_frontends: int, n_models: int) -> list[Section]:
         ("tokens", U8, (f, m)),
         ("disconnects", U8, (f, m)),
         ("in_flight", U8, (f,)),  # API requests started and not yet answered (a gauge)
+        ("rebalances", U8, (f,)),  # connections closed to move their client to another frontend
         ("stage_buckets", U8, (f, len(STAGES), m, len(LATENCY_BUCKETS_S) + 1)),
         ("stage_sum_s", F8, (f, len(STAGES), m)),
         # devices: one row each

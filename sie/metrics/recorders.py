@@ -42,6 +42,7 @@ class FrontendRecorder:
         self.all_in_flight = v["in_flight"]  # every frontend's gauge, for the connection rebalancer
         self._in_flight = v["in_flight"][frontend : frontend + 1]
         self._in_flight[0] = 0  # a restarted frontend's predecessor took its requests with it
+        self._rebalances = v["rebalances"][frontend : frontend + 1]
         self._stage_buckets = v["stage_buckets"][frontend]
         self._stage_sum = v["stage_sum_s"][frontend]
         self.started_total = 0  # this process's own count, for idle detection
@@ -77,6 +78,9 @@ class FrontendRecorder:
 
     def finished(self) -> None:
         self._in_flight[0] -= 1
+
+    def rebalanced(self) -> None:
+        self._rebalances[0] += 1
 
     def work(self, model: int, items: int, tokens: int) -> None:
         self._items[model] += items

@@ -58,7 +58,6 @@ def test_closes_are_spaced_and_follow_the_live_gauge() -> None:
     gauge[:] = [4, 4]  # the clients moved
     clock.now_s += 0.06
     assert not crowded.should_close()
-    assert crowded.closes == 2
 
 
 def test_light_load_on_two_frontends() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0
@@ -159,3 +160,14 @@ class Server:
         if not self._log.closed:
             self._log.flush()
         return self.log_path.read_text(errors="replace")[-8000:]
+
+
+def metric_sum(server: Server, name: str, **labels: str) -> float:
+    """The sum of a /metrics sample over the series whose labels match."""
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )

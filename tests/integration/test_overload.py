@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sie.frontend.hostinfo import process_usage
 from sie.model_config import BUILTIN_MODELS_DIR
 from tests.integration.reference import MINILM
-from tests.integration.server import Server, wait_until
+from tests.integration.server import Server, metric_sum, wait_until
 from tests.integration.texts import random_texts
 
 pytestmark = pytest.mark.slow
@@ -202,16 +202,6 @@ def test_four_times_capacity(server: Server) -> None:
     assert metric_sum(server, "sie_pending_items") == metric_sum(server, "sie_result_overflow_messages") == 0
     assert metric_sum(server, "sie_requests_in_flight") == 0
     assert after >= 0.5 * capacity, report
-
-
-def metric_sum(server: Server, name: str, **labels: str) -> float:
-    text = httpx.get(f"{server.url}/metrics", timeout=30).text
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
 
 
 def test_a_client_that_leaves_is_not_computed(server: Server) -> None:

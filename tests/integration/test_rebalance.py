@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.server import Server
+from tests.integration.server import Server, metric_sum
 
 pytestmark = pytest.mark.slow
 
@@ -87,6 +87,7 @@ def test_a_crowded_frontend_hands_clients_to_the_idle_one() -> None:
         assert closes >= 1
         assert counts[second] >= 2, (counts, closes)  # fair share: 4 of 8
         assert sum(counts.values()) == CLIENTS
+        assert metric_sum(server, "sie_connection_rebalances_total") == closes  # as the clients saw them
     finally:
         server.stop()
 
@@ -97,6 +98,7 @@ def test_without_rebalancing_the_burst_stays_where_it_landed() -> None:
         second, counts, closes = crowd_one_frontend_then_load(server)
         assert closes == 0
         assert counts[second] == 0, counts
+        assert metric_sum(server, "sie_connection_rebalances_total") == 0
     finally:
         server.stop()
 
