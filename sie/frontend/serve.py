@@ -65,7 +65,8 @@ def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] |
 def operations(
     settings: Settings, spec: FrontendSpec, stats: StatsBlock, control: ControlBlock, catalog: Catalog
 ) -> Operations:
-    """Tokens from the supervisor's memfd, this frontend's statistics rows, tracing if enabled."""
+    """Tokens from the supervisor's memfd, this frontend's statistics rows, the connection
+    rebalancer (with several frontends), tracing if enabled."""
     names = spec.device_names or [f"device{d}" for d in range(control.n_devices)]
     recorder = FrontendRecorder(stats, spec.index)
     rebalancer = None
