@@ -61,13 +61,12 @@ class StagingRing:
     def stage(self, arrays: list[np.ndarray]) -> torch.Tensor:
         """The arrays, flattened end to end, in the ring: a 1-D tensor of their dtype."""
         dtype = arrays[0].dtype
-        count = sum(array.size for array in arrays)
-        start = self._reserve(count * dtype.itemsize)
+        nbytes = sum(array.size for array in arrays) * dtype.itemsize
+        start = self._reserve(nbytes)
         assert self._buffer is not None
-        region = self._buffer[start : start + count * dtype.itemsize]
-        out = self._view[start : start + count * dtype.itemsize].view(dtype)
+        out = self._view[start : start + nbytes].view(dtype)
         np.concatenate([array.reshape(-1) for array in arrays], out=out)
-        return region.view(_torch_dtype(dtype))
+        return self._buffer[start : start + nbytes].view(_torch_dtype(dtype))
 
     def _reserve(self, nbytes: int) -> int:
         size = -(-max(nbytes, 1) // ALIGN_BYTES) * ALIGN_BYTES
@@ -97,7 +96,7 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 
 def _ring(device: torch.device) -> StagingRing:
-    """This thread's ring for `device` (an inference thread stages on its own stream)."""
+    """This thread's ring for `device`: two inference threads never stage into one ring."""
     rings: dict[torch.device, StagingRing] = _local.__dict__.setdefault("rings", {})
     ring = rings.get(device)
     if ring is None:

@@ -142,19 +142,27 @@ class PackedEncoder:
         if key_mask is None:
             flat = self._replays.run(ids, types, positions, seqs, lengths, head_dim)
         if flat is None:
-            flat = self._embed(ids, types, positions)
-            for layer in self._base.encoder.layer:
-                flat = self._layer(layer, flat, packing, seqs)
+            flat = self._layers(ids, types, positions, packing, seqs)
         return unpacked(flat, packing)
 
     def _stream_body(
         self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor, seqs: Sequences
     ) -> torch.Tensor:
-        """Embeddings and layers over a stream attended through the varlen kernel alone: what a
-        CUDA graph records."""
+        """The stream attended through the varlen kernel alone: what a CUDA graph records."""
+        return self._layers(ids, types, positions, None, seqs)
+
+    def _layers(
+        self,
+        ids: torch.Tensor,
+        types: torch.Tensor,
+        positions: torch.Tensor,
+        packing: Packing | None,
+        seqs: Sequences | None,
+    ) -> torch.Tensor:
+        """Embeddings and every layer over the stream."""
         flat = self._embed(ids, types, positions)
         for layer in self._base.encoder.layer:
-            flat = self._layer(layer, flat, None, seqs)
+            flat = self._layer(layer, flat, packing, seqs)
         return flat
 
     def _embed(self, ids: torch.Tensor, types: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
