@@ -48,18 +48,13 @@ class ConnectionRebalancer:
         self._next_s = 0.0
         self._average = np.zeros(len(in_flight), np.float64)
         self._sampled_s: float | None = None
+        self._skewed = False  # decided from the average, once per sample rather than per response
 
     def should_close(self) -> bool:
         """Called as a response starts, while its own request still counts as in flight."""
         now = self._clock()
         self._sample(now)
-        if now < self._next_s:
-            return False
-        average = self._average
-        fair = float(average.mean())
-        # A quarter over the fair share while some frontend is a quarter under it, each past a
-        # margin of one request: a clear skew, not the jitter of requests between round trips.
-        if average[self._frontend] <= 1.25 * fair + 1 or float(average.min()) >= 0.75 * fair - 1:
+        if now < self._next_s or not self._skewed:
             return False
         self._next_s = now + self._min_interval_s
         return True
@@ -71,5 +66,10 @@ class ConnectionRebalancer:
             weight = -math.expm1(-(now - self._sampled_s) / self._smoothing_s)
         else:
             return
-        self._average += weight * (self._in_flight - self._average)
+        average = self._average
+        average += weight * (self._in_flight - average)
         self._sampled_s = now
+        fair = float(average.mean())
+        # A quarter over the fair share while some frontend is a quarter under it, each past a
+        # margin of one request: a clear skew, not the jitter of requests between round trips.
+        self._skewed = average[self._frontend] > 1.25 * fair + 1 and float(average.min()) < 0.75 * fair - 1
