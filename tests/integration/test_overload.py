@@ -195,8 +195,12 @@ def test_four_times_capacity(server: Server) -> None:
         assert outcome.server_s["total"] <= 2.5 * batch_s + 0.5, (report, outcome, batch_s)
     assert watch.ready and set(watch.ready) == {200}, watch.ready  # overload is not unreadiness
     for pid, samples in watch.private.items():
-        warm = samples[len(samples) // 4]
-        assert max(samples[len(samples) // 4 :]) - warm < 64 << 20, (pid, samples)
+        # The device's memory swings by 50 MB or more with each batch's shape, so one sample can
+        # land in a trough: the second quarter's peak is the baseline the second half's peak is
+        # held to (growth, not the swing, is what fails).
+        quarter = len(samples) // 4
+        warm = max(samples[quarter : 2 * quarter])
+        assert max(samples[2 * quarter :]) - warm < 64 << 20, (pid, samples)
     # Nothing is left behind, and serving goes on. (Throughput is compared loosely: the neighbours
     # on this box move it by tens of percent between two five-second runs.)
     assert metric_sum(server, "sie_pending_items") == metric_sum(server, "sie_result_overflow_messages") == 0
