@@ -14,8 +14,10 @@
    items being pairs), with the GPU's busy share sampled from NVML while the clients run
    (`utilization.gpu`: the time a kernel was running).
 4. Writes one JSON object to `--out`: per model, raw items/s and single-forward ms, and per
-   client count sie's items/s, p50/p99 ms and GPU busy %; `vs_raw` is sie's items/s at the most
-   clients over the raw forward's, `single_over_raw_ms` one client's p50 less the raw single.
+   client count sie's items/s, p50/p99 ms, GPU busy % and the server's own account from /metrics
+   (`server`: mean ms per stage, items per batch, frontend CPU per request, device CPU per item;
+   scripts/gpu/server_metrics.py); `vs_raw` is sie's items/s at the most clients over the raw
+   forward's, `single_over_raw_ms` one client's p50 less the raw single.
 
 The clients are scripts/bench.py's hand-written keep-alive HTTP clients in this process, so at
 hundreds of clients their own CPU (`client_cpu_s`) may cap what they can ask for.
@@ -48,6 +50,7 @@ from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts, percentile, run_load  # noqa: E402
 from build_models import build, default_tokenizer_dir  # noqa: E402
 from raw_forward import measure_images, measure_score, measure_text, release_memory  # noqa: E402
+from server_metrics import breakdown, delta, scrape  # noqa: E402
 
 from sie.supervisor.children import frontend_count  # noqa: E402
 
@@ -230,8 +233,10 @@ def main() -> int:
                 load(url, spec, bodies, fmt, max(counts), args.warmup_s)
             for clients in counts:
                 run = functools.partial(load, url, spec, bodies, fmt, clients, args.seconds)
+                before = scrape(url)
                 result, gpu_busy = busy.during(run)
                 result["gpu_busy_percent"] = gpu_busy
+                result["server"] = breakdown(delta(before, scrape(url)), spec["id"])
                 spec["sie"][str(clients)] = result
                 print(f"sie {spec['id']} x{clients}: {result}", flush=True)
             _compare(spec)

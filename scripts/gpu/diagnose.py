@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,9 @@ from _server import start_server, stop_server  # noqa: E402
 from bench import make_texts  # noqa: E402
 from bench_gpu import GpuBusy, bodies_for, fallbacks, load, server_args  # noqa: E402
 from build_models import _yamls, build_text, default_tokenizer_dir, text_models  # noqa: E402
+from server_metrics import delta, scrape  # noqa: E402
 
 from sie.supervisor.children import frontend_count  # noqa: E402
-
-WATCHED = ("sie_batch_size", "sie_forward_seconds", "sie_request_stage_seconds", "sie_process_cpu_seconds")
 
 
 def launch_probe(device: str) -> dict[str, float]:
@@ -67,22 +65,6 @@ def launch_probe(device: str) -> dict[str, float]:
 
     probe["varlen_kernel"] = Kernel.attend is not None
     return probe
-
-
-def metrics(url: str) -> dict[str, float]:
-    """The watched families' samples, summed over label sets that differ only by process or model."""
-    text = urllib.request.urlopen(f"{url}/metrics", timeout=30).read().decode()
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(WATCHED) and "_bucket{" not in line:
-            name, _, value = line.rpartition(" ")
-            values[name] = values.get(name, 0.0) + float(value)
-    return values
-
-
-def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    changed = {name: round(after[name] - before.get(name, 0.0), 4) for name in after}
-    return {name: value for name, value in changed.items() if value}
 
 
 def sample_stacks(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
@@ -127,14 +109,14 @@ def main() -> int:
     try:
         for model, clients in ((fake, 64), (minilm, 1), (minilm, 32)):
             bodies, fmt = bodies_for(model, texts, [])
-            before = metrics(url)
+            before = scrape(url)
             spy = None
             if model is minilm and clients > 1:
                 spy = sample_stacks(process.pid, args.seconds, args.out / "pyspy.txt")
             result, gpu_busy = busy.during(
                 functools.partial(load, url, model, bodies, fmt, clients, args.seconds)
             )
-            after = metrics(url)
+            after = scrape(url)
             if spy is not None:
                 spy.wait(60)
             run = {"model": model["id"], "clients": clients, **result, "gpu_busy_percent": gpu_busy,
