@@ -102,7 +102,7 @@ def main() -> int:
     texts, _ = make_texts(2048, 10, 40)
     fake = {"id": "sie-fake", "kind": "text"}
     extra = server_args(device, work / "models", [minilm["id"], "sie-fake"])
-    frontends = frontend_count(None, ["cpu" if args.cpu else "cuda"], os.cpu_count() or 2)  # the default
+    frontends = frontend_count(None, [device], os.cpu_count() or 2)  # the default
     process, url, _, log_path = start_server(frontends, extra, "diagnose")
     busy = GpuBusy()
     runs: list[dict[str, Any]] = []
