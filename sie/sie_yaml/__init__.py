@@ -212,6 +212,9 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
     options = profile.get("adapter_options") or {}
     runtime: dict[str, Any] = dict(rule.runtime)
     loadtime: dict[str, Any] = {"trust_remote_code": True} if rule.runs_model_code else {}
+    loadtime.update(rule.loadtime)
+    if loadtime.pop("log1p_relu_for_v3_ids", False) and "v3" in model.sie_id:
+        loadtime["activation"] = "log1p_relu"
     loadtime_options(options.get("loadtime") or {}, rule.family, runtime, loadtime, model.notes, name)
     if not loadtime.get("trust_remote_code", True):
         del loadtime["trust_remote_code"]

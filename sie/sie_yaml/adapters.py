@@ -17,6 +17,8 @@ class AdapterRule:
     runs_model_code: bool = False
     # Runtime options the adapter class itself implies (its prompt recipe), before the YAML's own.
     runtime: Mapping[str, Any] = field(default_factory=dict)
+    # Load-time options the adapter class itself implies, before the YAML's own.
+    loadtime: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _family(name: str, *, runs_model_code: bool = False) -> AdapterRule:
@@ -63,10 +65,10 @@ ADAPTERS: dict[str, AdapterRule] = {
     "SiglipAdapter": _family("clip"),
     "Owlv2Adapter": _family("owlv2"),
     "WhisperAdapter": _family("whisper"),
-    "GTESparseFlashAdapter": refused(
-        "its GTE masked LM (NewForMaskedLM) runs only as Alibaba-NLP/new-impl's own code, which is not "
-        "available here, and transformers' native GteForMaskedLM loads only converted (model_type 'gte') "
-        "checkpoints, not this model_type 'new' one"
+    # GTE masked LMs (model_type "new") run on transformers' GTE classes (sie.gpu_proc.adapters.
+    # gte_new). SIE's adapter zeroes the special tokens' weights, and doubles the log1p for "v3" ids.
+    "GTESparseFlashAdapter": AdapterRule(
+        "splade", loadtime={"zero_special_tokens": True, "log1p_relu_for_v3_ids": True}
     ),
     "PrivacyFilterAdapter": refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
     # Families this server does not have.

@@ -15,6 +15,7 @@ import torch
 
 from sie.gpu_proc import attention
 from sie.gpu_proc.adapters.base import Adapter
+from sie.gpu_proc.adapters.gte_new import NativeGte, apply_ntk, native_gte
 from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
 from sie.gpu_proc.outputs import Output
@@ -41,21 +42,45 @@ def compute_dtype(device: torch.device, precision: str | None) -> torch.dtype:
 
 def from_pretrained(auto_class: Any, weights_dir: Path, dtype: torch.dtype, **kwargs: Any) -> PreTrainedModel:
     """`auto_class.from_pretrained` from a local folder with the configured attention backend
-    (SIE_ATTENTION_BACKEND, sie.gpu_proc.attention), or the next one down where the model lacks it."""
+    (SIE_ATTENTION_BACKEND, sie.gpu_proc.attention), or the next one down where the model lacks it.
+
+    A GTE folder of `model_type: new` loads into transformers' own GTE classes where they compute
+    what it describes (sie.gpu_proc.adapters.gte_new), so its code is neither needed nor run."""
+    native = native_gte(auto_class, weights_dir)
+    if native is not None:
+        model = _from_pretrained(native.model_class, weights_dir, dtype, **_native_options(native, kwargs))
+        apply_ntk(model, native)
+        return model
     refuse_unrequested_model_code(auto_class, weights_dir, bool(kwargs.get("trust_remote_code")))
     if kwargs.get("code_revision"):
         fetch_code_repositories(weights_dir, str(kwargs["code_revision"]))
+    return _from_pretrained(auto_class, weights_dir, dtype, **kwargs)
+
+
+def _native_options(native: NativeGte, options: dict[str, Any]) -> dict[str, Any]:
+    """from_pretrained's options for a native class: the YAML's config overrides applied to its
+    config, the remote-code options dropped (no code runs)."""
+    remote = ("trust_remote_code", "code_revision")
+    for name, value in options.items():
+        if name not in remote:
+            setattr(native.config, name, value)
+    return {"config": native.config}
+
+
+def _from_pretrained(
+    model_class: Any, weights_dir: Path, dtype: torch.dtype, **kwargs: Any
+) -> PreTrainedModel:
     model: PreTrainedModel
     for implementation in attention.candidates(dtype, torch.cuda.is_available())[:-1]:
         try:
-            model = auto_class.from_pretrained(
+            model = model_class.from_pretrained(
                 weights_dir, local_files_only=True, dtype=dtype, attn_implementation=implementation, **kwargs
             )
             return model
         except (ValueError, ImportError) as exc:
             # Some architectures (MPNet) have no SDPA path; their default attention is still correct.
             logger.info("no %s attention for %s: %s", implementation, weights_dir, exc)
-    model = auto_class.from_pretrained(weights_dir, local_files_only=True, dtype=dtype, **kwargs)
+    model = model_class.from_pretrained(weights_dir, local_files_only=True, dtype=dtype, **kwargs)
     return model
 
 

@@ -2,8 +2,9 @@
 
 weight[term] = max over the item's tokens of log(1 + relu(logit[token, term])), or of
 log(1 + log(1 + relu(...))) where the folder's sentence-transformers SpladePooling says `log1p_relu`
-(OpenSearch's v3 encoders). The result is the item's non-zero terms, as (vocabulary index, weight)
-pairs in ascending index order.
+(OpenSearch's v3 encoders), or, for a folder without one, the YAML's loadtime `activation`. With
+loadtime `zero_special_tokens: true` the tokens tokenizer.json marks special weigh 0. The result is
+the item's non-zero terms, as (vocabulary index, weight) pairs in ascending index order.
 """
 
 from __future__ import annotations
@@ -35,9 +36,18 @@ if TYPE_CHECKING:
 class SpladeAdapter(Adapter):
     kinds = frozenset({ResultKind.SPARSE})
 
-    def __init__(self, model: PreTrainedModel, *, name: str, is_log1p_relu: bool = False) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        *,
+        name: str,
+        is_log1p_relu: bool = False,
+        zeroed_terms: list[int] | None = None,
+    ) -> None:
         self.name = name
         self.is_log1p_relu = is_log1p_relu  # one more log1p on top of log1p(relu)
+        # Vocabulary ids whose weight is always 0 (the special tokens, where the model's YAML asks).
+        self._zeroed_terms = sorted(set(zeroed_terms or []))
         self.device = model.device
         self.dtype = model.dtype
         self.vocab_size = int(model.config.vocab_size)
@@ -60,8 +70,11 @@ class SpladeAdapter(Adapter):
     ) -> SpladeAdapter:
         from transformers import AutoModelForMaskedLM  # deferred: importing transformers is slow
 
+        loadtime = config.profile(profile).adapter_options.loadtime
         model = load_model(AutoModelForMaskedLM, config, weights_dir, device, profile)
-        return cls(model, name=config.sie_id, is_log1p_relu=pooling_activation(weights_dir) == "log1p_relu")
+        activation = pooling_activation(weights_dir, default=str(loadtime.get("activation") or "relu"))
+        zeroed = special_token_ids(weights_dir) if loadtime.get("zero_special_tokens") else None
+        return cls(model, name=config.sie_id, is_log1p_relu=activation == "log1p_relu", zeroed_terms=zeroed)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         # `inputs.is_query` is ignored on purpose: SPLADE-tiny (like SPLADE v2/v3 "ensembledistil")
@@ -105,6 +118,8 @@ class SpladeAdapter(Adapter):
     def _activate(self, best: torch.Tensor) -> torch.Tensor:
         """The per-term max logits, in place, to weights (monotone, so it commutes with the max)."""
         weights = best.relu_().log1p_()
+        if self._zeroed_terms:
+            weights[:, self._zeroed_terms] = 0
         return weights.log1p_() if self.is_log1p_relu else weights
 
     def memory_bytes(self) -> int:
@@ -120,15 +135,23 @@ class SpladeAdapter(Adapter):
         release(self.device)
 
 
-def pooling_activation(folder: Path) -> str:
+def pooling_activation(folder: Path, default: str = "relu") -> str:
     """The activation of the folder's sentence-transformers SpladePooling module (`1_SpladePooling`,
-    or `document_1_SpladePooling` in an inference-free model's Router); "relu" when none says."""
+    or `document_1_SpladePooling` in an inference-free model's Router); `default` when none says."""
     for path in sorted(folder.glob("*SpladePooling/config.json")):
         activation = json.loads(path.read_text(encoding="utf-8")).get("activation_function")
         if activation not in (None, "relu", "log1p_relu"):
             raise ValueError(f"{path}: SpladePooling activation {activation!r} is not relu or log1p_relu")
         return str(activation or "relu")
-    return "relu"
+    if default not in ("relu", "log1p_relu"):
+        raise ValueError(f"activation {default!r} is not relu or log1p_relu")
+    return default
+
+
+def special_token_ids(folder: Path) -> list[int]:
+    """The ids of the tokens tokenizer.json marks special ([CLS], [SEP], [PAD], ...)."""
+    tokenizer = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    return sorted(int(token["id"]) for token in tokenizer.get("added_tokens") or [] if token.get("special"))
 
 
 def sparse_output(weights: torch.Tensor) -> Output:
