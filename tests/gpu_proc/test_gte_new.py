@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.common import ModelCodeRequired, from_pretrained
@@ -188,3 +189,26 @@ def test_dense_cls_embeddings_of_a_new_folder(tmp_path: Path) -> None:
     got = Runner(CPU).run_dense(adapter, batch)
     cls = torch.stack([hidden[0] for hidden in one_by_one(reference, items, "last_hidden_state")])
     np.testing.assert_allclose(got, cls.numpy(), atol=1e-5)
+
+
+def test_the_encoder_of_a_token_classification_folder(tmp_path: Path) -> None:
+    """gte-multilingual-base is saved as NewForTokenClassification: the encoder under `new.` and a
+    classifier beside it. The dense family reads the encoder alone."""
+    reference = make_gte_new(tmp_path, masked_lm=False, ntk_factor=8.0, type_vocab_size=1)
+    tensors = {f"new.{name}": t for name, t in load_file(str(tmp_path / "model.safetensors")).items()}
+    tensors |= {
+        "classifier.weight": torch.randn(2, reference.config.hidden_size),
+        "classifier.bias": torch.zeros(2),
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    raw = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "architectures": ["NewForTokenClassification"]}))
+    loaded = from_pretrained(transformers.AutoModel, tmp_path, torch.float32).eval()
+    items = random_ids(4, seed=8)
+    pairs = zip(
+        one_by_one(loaded, items, "last_hidden_state"),
+        one_by_one(reference, items, "last_hidden_state"),
+        strict=True,
+    )
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
