@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sie.families import FAMILIES
 from sie.families.spec import resolve_target
+from sie.gte_new_config import loads_natively
 from sie.model_config import ModelConfig, ModelConfigError
 
 Repositories = dict[str, str | None]  # Hub id -> revision (None: its main branch)
@@ -29,7 +30,10 @@ def companion_repositories(config: ModelConfig, weights_dir: Path) -> Repositori
 
 
 def code_repositories(weights_dir: Path, revision: str | None) -> Repositories:
-    """The repositories a folder's `auto_map` takes code from (`org/code--module.Class`)."""
+    """The repositories a folder's `auto_map` takes code from (`org/code--module.Class`); none for
+    a GTE "new" folder that loads into transformers' own classes, whose code is never run."""
+    if loads_natively(weights_dir):
+        return {}
     try:
         auto_map = json.loads((weights_dir / "config.json").read_text()).get("auto_map") or {}
     except (OSError, ValueError, AttributeError):

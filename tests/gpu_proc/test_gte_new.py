@@ -15,10 +15,12 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
+from sie.companions import code_repositories
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.common import ModelCodeRequired, from_pretrained
-from sie.gpu_proc.adapters.gte_new import native_gte, unsupported
+from sie.gpu_proc.adapters.gte_new import native_gte
 from sie.gpu_proc.runner import Runner
+from sie.gte_new_config import unsupported
 from sie.model_config import parse_model_config
 from sie.shm.layout import ResultKind, mask_of
 from tests.gpu_proc.test_splade_adapter import densify, sparse_batch
@@ -212,3 +214,13 @@ def test_the_encoder_of_a_token_classification_folder(tmp_path: Path) -> None:
     )
     for ours, theirs in pairs:
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_no_code_repository_is_fetched_for_a_folder_that_loads_natively(tmp_path: Path) -> None:
+    """With a cluster cache, a folder's code repositories are fetched beside it; a "new" folder the
+    native classes run needs none, and one they cannot run still names new-impl."""
+    make_gte_new(tmp_path, masked_lm=True)
+    assert code_repositories(tmp_path, "abc") == {}
+    raw = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**raw, "layer_norm_type": "rms_norm"}))
+    assert code_repositories(tmp_path, "abc") == {"Alibaba-NLP/new-impl": "abc"}
