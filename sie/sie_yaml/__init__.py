@@ -213,7 +213,7 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
     runtime: dict[str, Any] = dict(rule.runtime)
     loadtime: dict[str, Any] = {"trust_remote_code": True} if rule.runs_model_code else {}
     loadtime.update(rule.loadtime)
-    if loadtime.pop("log1p_relu_for_v3_ids", False) and "v3" in model.sie_id:
+    if rule.log1p_relu_for_v3_ids and "v3" in model.sie_id:
         loadtime["activation"] = "log1p_relu"
     loadtime_options(options.get("loadtime") or {}, rule.family, runtime, loadtime, model.notes, name)
     if not loadtime.get("trust_remote_code", True):

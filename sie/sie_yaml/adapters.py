@@ -19,6 +19,8 @@ class AdapterRule:
     runtime: Mapping[str, Any] = field(default_factory=dict)
     # Load-time options the adapter class itself implies, before the YAML's own.
     loadtime: Mapping[str, Any] = field(default_factory=dict)
+    # SIE's GTE sparse adapter applies log1p twice when the model id says "v3".
+    log1p_relu_for_v3_ids: bool = False
 
 
 def _family(name: str, *, runs_model_code: bool = False) -> AdapterRule:
@@ -68,7 +70,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     # GTE masked LMs (model_type "new") run on transformers' GTE classes (sie.gpu_proc.adapters.
     # gte_new). SIE's adapter zeroes the special tokens' weights, and doubles the log1p for "v3" ids.
     "GTESparseFlashAdapter": AdapterRule(
-        "splade", loadtime={"zero_special_tokens": True, "log1p_relu_for_v3_ids": True}
+        "splade", loadtime={"zero_special_tokens": True}, log1p_relu_for_v3_ids=True
     ),
     "PrivacyFilterAdapter": refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
     # Families this server does not have.
