@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from bench import make_texts  # scripts/ is on sys.path when run as a script
+from bench_packed import encode_batch
 from tokenizers import Tokenizer
 
 from sie.gpu_proc.adapters import load_adapter
-from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
+from sie.gpu_proc.batcher import Batch
 from sie.gpu_proc.cpu_linear import onednn_wanted, with_onednn_linears
 from sie.gpu_proc.runner import Runner
 from sie.model_config import load_catalog, resolve_weights_dir
-from sie.shm.layout import Op
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -49,7 +49,7 @@ def main() -> None:
     tokenizer.no_padding()
     texts, _ = make_texts(args.texts, 10, 40)
     items = [np.asarray(e.ids, np.int32) for e in tokenizer.encode_batch(texts)]
-    batches = [_batch(items[i : i + args.batch]) for i in range(0, len(items), args.batch)]
+    batches = [encode_batch(items[i : i + args.batch]) for i in range(0, len(items), args.batch)]
     runner = Runner(torch.device("cpu"))
     _run(runner, adapter, batches[:4], [])  # warm-up
     for _ in range(args.rounds):
@@ -78,12 +78,6 @@ def _run(runner: Runner, adapter: object, batches: list[Batch], cpu_seconds: lis
         for batch in batches:
             runner.run_dense(adapter, batch)  # type: ignore[arg-type]
     cpu_seconds.append(time.thread_time() - started)
-
-
-def _batch(items: list[np.ndarray]) -> Batch:
-    pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
-    lengths = [len(ids) for ids in items]
-    return Batch(GroupKey(0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def main() -> None:
         rng.integers(1, 4096, rng.integers(args.min_len, args.max_len + 1)).astype(np.int32)
         for _ in range(args.items)
     ]
-    batch = _batch(items)
+    batch = encode_batch(items)
     runner = Runner(torch.device("cpu"))
     encoder = adapter._encoder
     packed = encoder._packed
@@ -106,7 +106,8 @@ def _config():  # type: ignore[no-untyped-def]
     return parse_model_config({"sie_id": "bench/qwen3", "profiles": {"default": profile}})
 
 
-def _batch(items: list[np.ndarray]) -> Batch:
+def encode_batch(items: list[np.ndarray]) -> Batch:
+    """One encode batch of token-id items, as the device's batcher hands it to the Runner."""
     pending = [PendingItem(0, 1, i, ids, None, 0.0, 0) for i, ids in enumerate(items)]
     lengths = [len(ids) for ids in items]
     return Batch(GroupKey(0, int(Op.ENCODE), 1, 0, 0), pending, sum(lengths), max(lengths), 0.0)
