@@ -224,3 +224,9 @@ def test_no_code_repository_is_fetched_for_a_folder_that_loads_natively(tmp_path
     raw = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**raw, "layer_norm_type": "rms_norm"}))
     assert code_repositories(tmp_path, "abc") == {"Alibaba-NLP/new-impl": "abc"}
+
+
+def test_an_unknown_activation_option_fails_the_load(tmp_path: Path) -> None:
+    make_gte_new(tmp_path, masked_lm=True)
+    with pytest.raises(ValueError, match="activation 'gelu'"):
+        load_adapter(parse_model_config(splade_yaml(tmp_path, {"activation": "gelu"})), tmp_path, "cpu")

@@ -138,13 +138,13 @@ class SpladeAdapter(Adapter):
 def pooling_activation(folder: Path, default: str = "relu") -> str:
     """The activation of the folder's sentence-transformers SpladePooling module (`1_SpladePooling`,
     or `document_1_SpladePooling` in an inference-free model's Router); `default` when none says."""
+    if default not in ("relu", "log1p_relu"):  # a YAML's option is checked whether or not it is used
+        raise ValueError(f"activation {default!r} is not relu or log1p_relu")
     for path in sorted(folder.glob("*SpladePooling/config.json")):
         activation = json.loads(path.read_text(encoding="utf-8")).get("activation_function")
         if activation not in (None, "relu", "log1p_relu"):
             raise ValueError(f"{path}: SpladePooling activation {activation!r} is not relu or log1p_relu")
         return str(activation or "relu")
-    if default not in ("relu", "log1p_relu"):
-        raise ValueError(f"activation {default!r} is not relu or log1p_relu")
     return default
 
 
