@@ -30,7 +30,18 @@ CHOICES = ("auto", "onednn", "torch")
 # oneDNN must beat MKL by this much in the probe: a small win is not worth a second GEMM library.
 MIN_SPEEDUP = 1.25
 _PROBE_SHAPE = (256, 384, 1536)  # tokens x in x out: a MiniLM-sized feed-forward layer
-_ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _onednn_dtypes() -> tuple[torch.dtype, ...]:
+    # oneDNN has no bfloat16 inner product on CPUs without AVX-512 (it raises, it does not fall back).
+    try:
+        has_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        has_bf16 = False
+    return (torch.float32, torch.bfloat16) if has_bf16 else (torch.float32,)
+
+
+_ONEDNN_DTYPES = _onednn_dtypes()
 
 
 def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -38,8 +49,9 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 class OneDnnLinear(torch.nn.Linear):
-    """An `nn.Linear` whose float32 and bfloat16 CPU forwards run on oneDNN; anything else (other
-    dtypes, a 1-d input, autograd) runs as `nn.Linear` does."""
+    """An `nn.Linear` whose float32 CPU forwards (and bfloat16 ones where the CPU has oneDNN's
+    bfloat16) run on oneDNN; anything else (other dtypes, a 1-d input, autograd) runs as
+    `nn.Linear` does."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
