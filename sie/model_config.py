@@ -122,6 +122,10 @@ class RuntimeOptions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # such as NuNER Zero tag each word alone); nli_zero_shot: labels scored independently by default.
     merge_adjacent_entities: bool = False
     relation_threshold: float | None = None  # gliner relex: relations' threshold (None: the entity one)
+    # context_pruner: a passage token whose keep probability is below `prune_threshold` is pruned,
+    # one at or above `highlight_threshold` highlighted (None: SIE's 0.6 and 0.9).
+    prune_threshold: float | None = None
+    highlight_threshold: float | None = None
     # gliner_union: how the members' spans are composed (sie.gliner_union; None: SIE's default).
     score_floor: float | None = None
     window_words: int | None = None

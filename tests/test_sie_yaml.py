@@ -485,3 +485,50 @@ def test_sie_catalog_serves_the_one_field_ids() -> None:
     }
     for model_id, named in reasons.items():
         assert named in catalog.unsupported[model_id].reason, model_id
+
+
+def test_the_stablebridge_pruner_is_a_context_pruner_with_its_head_and_thresholds() -> None:
+    pruner = "sie_server.adapters.stablebridge_pruner:StablebridgePrunerAdapter"
+    loadtime = {
+        "pruning_head_path": "sugiv/stablebridge-pruner-highlighter",
+        "pruning_head_file": "best.pt",
+        "hidden_size": 1024,
+        "intermediate_size": 512,
+        "dropout": 0.2,
+    }
+    raw = _sie(
+        {
+            "default": {
+                "adapter_path": pruner,
+                "adapter_options": {"loadtime": loadtime, "runtime": {"prune_threshold": 0.6}},
+            },
+            "aggressive": {
+                "extends": "default",
+                "adapter_options": {"runtime": {"prune_threshold": 0.4, "highlight_threshold": 0.8}},
+            },
+        },
+        tasks={"encode": None, "score": {}, "extract": {}},
+    )
+    config = _config(raw)
+    assert (config.family, config.supports_score(), config.supports_extract()) == (
+        "context_pruner",
+        True,
+        True,
+    )
+    default, aggressive = config.profile().adapter_options, config.profile("aggressive").adapter_options
+    assert default.loadtime == {k: v for k, v in loadtime.items() if k != "dropout"}
+    assert (
+        default.runtime.activation,
+        default.runtime.prune_threshold,
+        default.runtime.highlight_threshold,
+    ) == (
+        "sigmoid",
+        0.6,
+        None,
+    )
+    assert (aggressive.runtime.prune_threshold, aggressive.runtime.highlight_threshold) == (0.4, 0.8)
+    assert any("loadtime.dropout has no effect" in note for note in config.notes)
+    bad = copy.deepcopy(raw)
+    bad["profiles"]["default"]["adapter_options"]["loadtime"]["pruning_head_path"] = 7
+    with pytest.raises(ModelConfigError, match="pruning_head_path 7"):
+        translate(bad, "test.yaml")

@@ -22,6 +22,7 @@ _SPEC_MODULES = (
     "colsmol",
     "hybrid",
     "cross_encoder",
+    "context_pruner",
     "llm_reranker",
     "nli_zero_shot",
     "token_classification",

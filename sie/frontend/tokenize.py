@@ -101,17 +101,37 @@ class TextTokenizer:
 
     def encode_pairs(self, queries: Sequence[str], docs: Sequence[str]) -> Encoded:
         """Tokenize (query, doc) pairs for cross-encoders; token types mark the two segments."""
+        return _flatten(self._pair_encodings(queries, docs, with_offsets=False), keep_types=True)
+
+    def encode_pairs_with_spans(
+        self, queries: Sequence[str], docs: Sequence[str]
+    ) -> tuple[Encoded, list[np.ndarray]]:
+        """`encode_pairs`, plus each item's character span in its doc per token: int32 [len_i, 2],
+        (0, 0) on the query's tokens and the special tokens the pair layout adds."""
+        encodings = self._pair_encodings(queries, docs, with_offsets=True)
+        spans = []
+        for encoding in encodings:
+            span = np.array(encoding.offsets, dtype=np.int32).reshape(-1, 2)
+            in_doc = np.fromiter((s == 1 for s in encoding.sequence_ids), dtype=bool, count=len(span))
+            span[~in_doc | np.array(encoding.special_tokens_mask, dtype=bool)] = 0
+            spans.append(span)
+        return _flatten(encodings, keep_types=True), spans
+
+    def _pair_encodings(
+        self, queries: Sequence[str], docs: Sequence[str], *, with_offsets: bool
+    ) -> list[Encoding]:
         if len(queries) != len(docs):
             raise ValueError("queries and docs must have the same length")
         limit = self._char_budget
         is_short = [len(q) <= limit and len(d) <= limit for q, d in zip(queries, docs, strict=True)]
         short = [(q, d) for q, d, ok in zip(queries, docs, is_short, strict=True) if ok]
-        encoded_short = iter(self._tokenizer.encode_batch_fast(short))
-        encodings = [
+        # `encode_batch_fast` skips offset tracking; only callers that read offsets pay for it.
+        encode_batch = self._tokenizer.encode_batch if with_offsets else self._tokenizer.encode_batch_fast
+        encoded_short = iter(encode_batch(short))
+        return [
             next(encoded_short) if ok else self._encode_long_pair(q, d)
             for q, d, ok in zip(queries, docs, is_short, strict=True)
         ]
-        return _flatten(encodings, keep_types=True)
 
     def head_ids(self, texts: Sequence[str], keep: int) -> list[list[int]]:
         """Each text's first `keep` token ids, without special tokens and whatever `max_length` is:

@@ -100,7 +100,8 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GroundingDINOAdapter": _family("grounding_dino"),
     "Sam3Adapter": refused("segmentation (SAM 3) is not served here"),
     "ParakeetTDTAdapter": _family("parakeet"),
-    "StablebridgePrunerAdapter": refused("context pruning is not served here"),
+    # SIE's pruner activates its relevance logit with a sigmoid, whatever config.json says.
+    "StablebridgePrunerAdapter": AdapterRule("context_pruner", runtime={"activation": "sigmoid"}),
     "FakeAdapter": _family("fake"),
     "DoclingAdapter": refused("document conversion (Docling) is not served here"),
     "DonutAdapter": _family("donut"),

@@ -148,8 +148,27 @@ def loadtime_options(
             loadtime["max_len"] = value
         elif key == "members" and family == "gliner_union":
             loadtime["members"] = _union_members(value)
+        elif family == "context_pruner" and _context_pruner_loadtime(key, value, loadtime, notes, profile):
+            continue
         else:
             raise Refused(f"loadtime.{key} is not supported for the {family} family")
+
+
+def _context_pruner_loadtime(
+    key: str, value: Any, loadtime: dict[str, Any], notes: list[str], profile: str
+) -> bool:
+    """Where the keep head is and its sizes (checked against its weights at load)."""
+    if key in ("pruning_head_path", "pruning_head_file"):
+        if not isinstance(value, str) or not value:
+            raise Refused(f"loadtime.{key} {value!r} is not a path or a Hub id")
+        loadtime[key] = value
+    elif key in ("hidden_size", "intermediate_size"):
+        loadtime[key] = _positive_length(value)
+    elif key == "dropout":
+        notes.append(f"profile '{profile}': loadtime.dropout has no effect at inference")
+    else:
+        return False
+    return True
 
 
 def _union_members(value: Any) -> list[Any]:
@@ -280,6 +299,8 @@ def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, An
             runtime["threshold"] = value
         elif key in ("box_threshold", "text_threshold") and family == "grounding_dino":
             runtime["threshold" if key == "box_threshold" else key] = value
+        elif key in ("prune_threshold", "highlight_threshold") and family == "context_pruner":
+            runtime[key] = value
         elif key == "relation_threshold" and family == "gliner":
             runtime["relation_threshold"] = value  # joint entity-relation models (gliner relex)
         elif key == "num_beams" and family == "donut" and value != 1:

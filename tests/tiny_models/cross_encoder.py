@@ -65,9 +65,15 @@ def model_yaml_cross_encoder(sie_id: str, folder: Path) -> dict[str, Any]:
 
 
 def pairs_batch(
-    folder: Path, queries: list[str], docs: list[str], max_length: int = MAX_SEQUENCE_LENGTH
+    folder: Path,
+    queries: list[str],
+    docs: list[str],
+    max_length: int = MAX_SEQUENCE_LENGTH,
+    *,
+    extract: bool = False,
 ) -> Batch:
-    """A device batch of (query, doc) pairs as the frontend sends it: encode_pairs, one item a pair."""
+    """A device batch of (query, doc) pairs as the frontend sends it: encode_pairs, one item a pair;
+    `extract` asks for what a context pruner's extract asks (scores and per-token scores)."""
     from sie.frontend.tokenize import TextTokenizer
     from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
     from sie.shm.layout import Op, ResultKind, mask_of
@@ -79,7 +85,8 @@ def pairs_batch(
         types = None if encoded.token_type_ids is None else encoded.token_type_ids[span]
         items.append(PendingItem(0, 1, i, encoded.input_ids[span], types, 0.0, 0))
     lengths = [len(item.input_ids) for item in items]
-    key = GroupKey(0, int(Op.SCORE), mask_of({ResultKind.SCORES}), 0, 0)
+    kinds = {ResultKind.SCORES, ResultKind.TOKEN_SCORES} if extract else {ResultKind.SCORES}
+    key = GroupKey(0, int(Op.EXTRACT if extract else Op.SCORE), mask_of(kinds), 0, 0)
     return Batch(key, items, sum(lengths), max(lengths), 0.0)
 
 

@@ -4,12 +4,16 @@
 - gliner: zero-shot spans for the request's labels (prompt built here, spans decoded here), and
   for joint entity-relation models the relations between them (tasks/extract_gliner_relex.py);
 - nli_zero_shot: each (text, "This example is {label}.") pair through an NLI cross-encoder;
-- gliclass: zero-shot classes for the request's labels, all scored in one forward per text.
+- gliclass: zero-shot classes for the request's labels, all scored in one forward per text;
+- context_pruner: each text as the passage of a (query, passage) pair, the query being the
+  request's instruction: kept, highlighted and pruned spans after a summary with the relevance.
 """
 
 from __future__ import annotations
 
+from sie.context_pruner import DEFAULT_HIGHLIGHT_THRESHOLD, DEFAULT_PRUNE_THRESHOLD
 from sie.errors import InvalidInput
+from sie.frontend.context_pruner import keep_spans, skipped_token_ids, summary
 from sie.frontend.entities import DEFAULT_IGNORE_LABELS, aggregate_simple, id2label_of
 from sie.frontend.gliclass import (
     GliclassPrompts,
@@ -19,14 +23,16 @@ from sie.frontend.gliclass import (
     ranked_classes,
 )
 from sie.frontend.gliner import GlinerPrompts, decode, merge_adjacent
-from sie.frontend.pipeline import admit, tokenize
+from sie.frontend.pipeline import admit, submit, tokenize
+from sie.frontend.scoring import activate
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, extracted_from, submit_extract, threshold_option
 from sie.frontend.tasks.extract_gliner_relex import run_gliner_relex
+from sie.frontend.wire import option_fraction
 from sie.frontend.zero_shot import classify, entailment_index, nli_pairs
 from sie.model_config import resolve_weights_dir
-from sie.shm.layout import ResultKind
+from sie.shm.layout import Op, ResultKind
 
 DEFAULT_GLINER_THRESHOLD = 0.5
 
@@ -138,3 +144,45 @@ async def run_gliclass(state: FrontendState, target: Target, job: ExtractJob) ->
         ranked_classes(scores, labels, multi_label=multi_label, threshold=threshold) for scores in logits
     ]
     return extracted_from(submitted, classifications=classifications)
+
+
+async def run_context_pruner(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config, runtime = target.config, target.runtime
+    prune_threshold = option_fraction(
+        "prune_threshold",
+        job.options.get("prune_threshold", _or(runtime.prune_threshold, DEFAULT_PRUNE_THRESHOLD)),
+    )
+    highlight_threshold = option_fraction(
+        "highlight_threshold",
+        job.options.get("highlight_threshold", _or(runtime.highlight_threshold, DEFAULT_HIGHLIGHT_THRESHOLD)),
+    )
+    query = job.instruction or ""  # SIE's: the instruction is the query the passages are pruned for
+    admit(state, target, len(job.texts))
+    tokenizer = state.tokenizers.get(config)
+    (encoded, spans), tokenization_ms = await tokenize(
+        lambda: tokenizer.encode_pairs_with_spans([query] * len(job.texts), job.texts), len(job.texts)
+    )
+    submitted = await submit(
+        state,
+        target,
+        encoded,
+        op=Op.EXTRACT,
+        kinds={ResultKind.SCORES, ResultKind.TOKEN_SCORES},
+        tokenization_ms=tokenization_ms,
+    )
+    skipped = state.tokenizers.derived(
+        config, "pruner_skipped_ids", lambda tok: skipped_token_ids(resolve_weights_dir(config), tok.raw)
+    )
+    relevance = activate(submitted.results.rows[ResultKind.SCORES][:, :1], "sigmoid")[:, 0]
+    keep_logits = submitted.results.ragged[ResultKind.TOKEN_SCORES]
+    entities = []
+    for i, text in enumerate(job.texts):
+        ids = encoded.input_ids[encoded.offsets[i] : encoded.offsets[i + 1]]
+        keep = activate(keep_logits[i][:, 0], "sigmoid")
+        found = keep_spans(text, spans[i], ids, keep, skipped, prune_threshold, highlight_threshold)
+        entities.append([summary(float(relevance[i]), found), *found])
+    return extracted_from(submitted, entities=entities)
+
+
+def _or(configured: float | None, default: float) -> float:
+    return default if configured is None else configured
