@@ -18,6 +18,7 @@ from tests.tiny_models.colbert import model_yaml_colbert
 from tests.tiny_models.colpali import model_yaml_colpali
 from tests.tiny_models.colqwen2 import model_yaml_colqwen2
 from tests.tiny_models.colsmol import model_yaml_colsmol
+from tests.tiny_models.context_pruner import model_yaml_context_pruner
 from tests.tiny_models.cross_encoder import model_yaml_cross_encoder
 from tests.tiny_models.dense import model_yaml_dense
 from tests.tiny_models.donut import model_yaml_donut
@@ -55,6 +56,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_colsmol("tiny/colsmol", NOWHERE),
     model_yaml_hybrid("tiny/hybrid", NOWHERE),
     model_yaml_cross_encoder("tiny/cross-encoder", NOWHERE),
+    model_yaml_context_pruner("tiny/context-pruner", NOWHERE),
     model_yaml_llm_reranker("tiny/llm-reranker", NOWHERE),
     model_yaml_nli("tiny/nli", NOWHERE),
     model_yaml_token_classification("tiny/ner", NOWHERE),
