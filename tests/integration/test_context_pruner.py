@@ -171,6 +171,29 @@ def test_without_an_instruction_the_query_is_empty(lab: Lab) -> None:
         assert_entities(item["entities"], expected)
 
 
+def test_the_sdk_extracts_and_scores(lab: Lab) -> None:
+    """`client.extract(model, items, instruction=..., options=...)` and `client.score` of sie-sdk."""
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    items = [{"text": doc} for doc in DOCS]
+    kwargs = {"instruction": QUERY, "options": {"profile": "aggressive"}}
+    actions = [
+        {"op": "extract", "model": PRUNER, "items": items, "kwargs": kwargs},
+        {"op": "score", "model": PRUNER, "query": {"text": QUERY}, "items": items},
+    ]
+    extracted, scored = run_sdk(lab.server.url, actions)
+    for result, expected in zip(ok(extracted), lab.reference.extract(QUERY, DOCS, 0.4, 0.8), strict=True):
+        assert_entities(result["entities"], expected)
+    ranked = ok(scored)
+    ranked = ranked["scores"] if isinstance(ranked, dict) else ranked
+    got = {int(str(s["item_id"]).rsplit("-", 1)[-1]): s["score"] for s in ranked}
+    np.testing.assert_allclose(
+        [got[i] for i in range(len(DOCS))], lab.reference.scores(QUERY, DOCS), atol=1e-4
+    )
+
+
 def test_score_ranks_by_the_rerankers_sigmoid(lab: Lab) -> None:
     body = {"query": {"text": QUERY}, "items": [{"id": f"d{i}", "text": doc} for i, doc in enumerate(DOCS)]}
     response = post(lab.server.url, f"/v1/score/{PRUNER}", body, as_json=True)
