@@ -40,6 +40,9 @@ from _wrk import body_script, run_wrk
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 JSON = "application/json"
+# How sie's supervisor starts its frontends: one tokenizer thread each, so the comparison stacks'
+# workers tokenize the same way (a one-text call handed to a thread pool costs tens of µs more).
+SINGLE_THREADED_TOKENIZER = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
 WORDS = [
     "protein",
     "cell",
@@ -120,7 +123,12 @@ def measure_stack(
 ) -> dict[str, Any]:
     """One of the comparison stacks (`app`, e.g. "_bare_stack:app") on hypercorn, `--frontends` workers."""
     port = free_port()
-    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)])}
+    env = {
+        **os.environ,
+        **env,
+        **SINGLE_THREADED_TOKENIZER,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "scripts"), str(REPO)]),
+    }
     argv = [sys.executable, "-m", "hypercorn", "-w", str(args.frontends), "-b", f"127.0.0.1:{port}",
             "--worker-class", loop, app]  # fmt: skip
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
