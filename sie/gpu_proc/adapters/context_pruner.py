@@ -85,13 +85,9 @@ class ContextPrunerAdapter(CrossEncoderAdapter):
             hidden = self._encoder.hidden_states(inputs)
             with torch.inference_mode():
                 return hidden, self._head(hidden)
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        extra: dict[str, Any] = {"output_hidden_states": True}
-        if inputs.token_type_ids is not None and self._takes_token_types:
-            extra["token_type_ids"] = inputs.token_type_ids
-        with torch.inference_mode():
-            output = self._model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, **extra)
+        output = self.model_output(
+            inputs.input_ids, inputs.attention_mask, inputs.token_type_ids, output_hidden_states=True
+        )
         return output.hidden_states[-1], output.logits
 
     def close(self) -> None:

@@ -75,17 +75,25 @@ class CrossEncoderAdapter(Adapter):
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None
     ) -> torch.Tensor:
         """Raw classifier logits [n, num_labels] (float32 once `rows_output` converts them)."""
+        logits: torch.Tensor = self.model_output(input_ids, attention_mask, token_type_ids).logits
+        return logits
+
+    def model_output(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        **extra: Any,
+    ) -> Any:
+        """The model's own padded forward; `extra` goes to it as is (`output_hidden_states`)."""
         if self._model is None:
             raise RuntimeError(f"adapter for '{self.name}' is closed")
-        extra: dict[str, Any] = {}
         if token_type_ids is not None and self._takes_token_types:
             extra["token_type_ids"] = token_type_ids
         if self._takes_use_cache:
             extra["use_cache"] = False
         with torch.inference_mode():
-            output = self._model(input_ids=input_ids, attention_mask=attention_mask, **extra)
-        logits: torch.Tensor = output.logits
-        return logits
+            return self._model(input_ids=input_ids, attention_mask=attention_mask, **extra)
 
     def memory_bytes(self) -> int:
         return self._memory_bytes if self._model is not None else 0
