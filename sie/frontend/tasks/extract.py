@@ -111,7 +111,8 @@ def extracted_from(
     )
 
 
-def threshold_option(options: dict[str, Any], configured: float | None, *, default: float) -> float:
-    return option_fraction(
-        "threshold", options.get("threshold", configured if configured is not None else default)
-    )
+def threshold_option(
+    options: dict[str, Any], configured: float | None, *, default: float, name: str = "threshold"
+) -> float:
+    """`options.<name>` (0 to 1), else the profile's `configured` value, else `default`."""
+    return option_fraction(name, options.get(name, configured if configured is not None else default))

@@ -29,7 +29,6 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, extracted_from, submit_extract, threshold_option
 from sie.frontend.tasks.extract_gliner_relex import run_gliner_relex
-from sie.frontend.wire import option_fraction
 from sie.frontend.zero_shot import classify, entailment_index, nli_pairs
 from sie.model_config import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
@@ -148,13 +147,14 @@ async def run_gliclass(state: FrontendState, target: Target, job: ExtractJob) ->
 
 async def run_context_pruner(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     config, runtime = target.config, target.runtime
-    prune_threshold = option_fraction(
-        "prune_threshold",
-        job.options.get("prune_threshold", _or(runtime.prune_threshold, DEFAULT_PRUNE_THRESHOLD)),
+    prune_threshold = threshold_option(
+        job.options, runtime.prune_threshold, default=DEFAULT_PRUNE_THRESHOLD, name="prune_threshold"
     )
-    highlight_threshold = option_fraction(
-        "highlight_threshold",
-        job.options.get("highlight_threshold", _or(runtime.highlight_threshold, DEFAULT_HIGHLIGHT_THRESHOLD)),
+    highlight_threshold = threshold_option(
+        job.options,
+        runtime.highlight_threshold,
+        default=DEFAULT_HIGHLIGHT_THRESHOLD,
+        name="highlight_threshold",
     )
     query = job.instruction or ""  # SIE's: the instruction is the query the passages are pruned for
     admit(state, target, len(job.texts))
@@ -182,7 +182,3 @@ async def run_context_pruner(state: FrontendState, target: Target, job: ExtractJ
         found = keep_spans(text, spans[i], ids, keep, skipped, prune_threshold, highlight_threshold)
         entities.append([summary(float(relevance[i]), found), *found])
     return extracted_from(submitted, entities=entities)
-
-
-def _or(configured: float | None, default: float) -> float:
-    return default if configured is None else configured
