@@ -109,13 +109,7 @@ class TextTokenizer:
         """`encode_pairs`, plus each item's character span in its doc per token: int32 [len_i, 2],
         (0, 0) on the query's tokens and the special tokens the pair layout adds."""
         encodings = self._pair_encodings(queries, docs, with_offsets=True)
-        spans = []
-        for encoding in encodings:
-            span = np.array(encoding.offsets, dtype=np.int32).reshape(-1, 2)
-            in_doc = np.fromiter((s == 1 for s in encoding.sequence_ids), dtype=bool, count=len(span))
-            span[~in_doc | np.array(encoding.special_tokens_mask, dtype=bool)] = 0
-            spans.append(span)
-        return _flatten(encodings, keep_types=True), spans
+        return _flatten(encodings, keep_types=True), [_char_spans(e, sequence=1) for e in encodings]
 
     def _pair_encodings(
         self, queries: Sequence[str], docs: Sequence[str], *, with_offsets: bool
@@ -198,12 +192,7 @@ class TextTokenizer:
         capped = [text if len(text) <= limit else self._cut(text, keep)[0] for text in texts]
         # `encode_batch_fast` skips offset tracking, so this path pays for the full `encode_batch`.
         encodings = self._tokenizer.encode_batch(capped)
-        spans = []
-        for encoding in encodings:
-            span = np.array(encoding.offsets, dtype=np.int32).reshape(-1, 2)
-            span[np.array(encoding.special_tokens_mask, dtype=bool)] = 0
-            spans.append(span)
-        return _flatten(encodings, keep_types=self._single_has_types), spans
+        return _flatten(encodings, keep_types=self._single_has_types), [_char_spans(e) for e in encodings]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +247,17 @@ def _counted(head: _Head, text: str, probe: Tokenizer) -> _Head:
     if head.is_exact:
         return head
     return _Head(head.text, head.encoding, len(probe.encode(text, add_special_tokens=False)), is_exact=True)
+
+
+def _char_spans(encoding: Encoding, *, sequence: int | None = None) -> np.ndarray:
+    """int32 [len, 2] character spans per token; (0, 0) on special tokens and, when `sequence` is
+    given, on the tokens of the pair's other sequence."""
+    span = np.array(encoding.offsets, dtype=np.int32).reshape(-1, 2)
+    dropped = np.array(encoding.special_tokens_mask, dtype=bool)
+    if sequence is not None:
+        dropped |= np.fromiter((s != sequence for s in encoding.sequence_ids), dtype=bool, count=len(span))
+    span[dropped] = 0
+    return span
 
 
 def _flatten(encodings: list[Encoding], *, keep_types: bool) -> Encoded:
