@@ -14,13 +14,14 @@ and tokens whose span is (0, 0).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
+
+from sie.frontend.model_files import read_json_object
 
 _SKIPPED_ROLES = ("pad_token", "sep_token", "cls_token", "bos_token")
 
@@ -68,12 +69,10 @@ def summary(relevance: float, spans: list[dict[str, Any]]) -> dict[str, Any]:
 def skipped_token_ids(weights_dir: Path, tokenizer: Tokenizer) -> frozenset[int]:
     """The ids of the tokenizer's padding, separator, classifier and beginning tokens, as its
     special_tokens_map.json (else tokenizer_config.json) names them."""
-    names: dict[str, Any] = {}
-    for file in ("tokenizer_config.json", "special_tokens_map.json"):  # the map wins
-        try:
-            names.update(json.loads((weights_dir / file).read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
+    names = {  # the map wins, as in transformers
+        **read_json_object(weights_dir / "tokenizer_config.json"),
+        **read_json_object(weights_dir / "special_tokens_map.json"),
+    }
     ids = set()
     for role in _SKIPPED_ROLES:
         token = names.get(role)
