@@ -38,6 +38,7 @@ from tests.tiny_models.llm_reranker import model_yaml_llm_reranker
 from tests.tiny_models.nli import model_yaml_nli
 from tests.tiny_models.owlv2 import model_yaml_owlv2
 from tests.tiny_models.parakeet import model_yaml_parakeet
+from tests.tiny_models.privacy_filter import model_yaml_privacy_filter
 from tests.tiny_models.qwen3_vl import model_yaml_qwen3_vl_embedding, model_yaml_qwen3_vl_reranker
 from tests.tiny_models.splade import model_yaml_splade
 from tests.tiny_models.token_classification import model_yaml_token_classification
@@ -60,6 +61,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_llm_reranker("tiny/llm-reranker", NOWHERE),
     model_yaml_nli("tiny/nli", NOWHERE),
     model_yaml_token_classification("tiny/ner", NOWHERE),
+    model_yaml_privacy_filter("tiny/privacy-filter", NOWHERE),
     model_yaml_gliner("tiny/gliner", NOWHERE),
     model_yaml_gliner_bi("tiny/gliner-bi", NOWHERE),
     model_yaml_gliclass("tiny/gliclass", NOWHERE),

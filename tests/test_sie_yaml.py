@@ -532,3 +532,28 @@ def test_the_stablebridge_pruner_is_a_context_pruner_with_its_head_and_threshold
     bad["profiles"]["default"]["adapter_options"]["loadtime"]["pruning_head_path"] = 7
     with pytest.raises(ModelConfigError, match="pruning_head_path 7"):
         translate(bad, "test.yaml")
+
+
+def test_openais_privacy_filter_is_a_privacy_filter_with_its_decoding_options() -> None:
+    adapter = "sie_server.adapters.privacy_filter.adapter:PrivacyFilterAdapter"
+    loadtime = {"checkpoint_subdir": "original", "trim_span_whitespace": False}
+    raw = _sie(
+        {"default": {"adapter_path": adapter, "adapter_options": {"loadtime": loadtime, "runtime": {}}}},
+        tasks={"encode": None, "score": None, "extract": {}},
+    )
+    config = _config(raw)
+    assert (config.family, config.supports_extract(), config.supports_score()) == (
+        "privacy_filter",
+        True,
+        False,
+    )
+    assert config.profile().adapter_options.loadtime == loadtime
+    for key, value, named in [
+        ("checkpoint_subdir", "weights", "checkpoint_subdir 'weights'"),
+        ("trim_span_whitespace", "yes", "trim_span_whitespace 'yes'"),
+        ("viterbi_beam", 4, "loadtime.viterbi_beam"),
+    ]:
+        bad = copy.deepcopy(raw)
+        bad["profiles"]["default"]["adapter_options"]["loadtime"] = {key: value}
+        with pytest.raises(ModelConfigError, match=named):
+            translate(bad, "test.yaml")

@@ -26,6 +26,7 @@ _SPEC_MODULES = (
     "llm_reranker",
     "nli_zero_shot",
     "token_classification",
+    "privacy_filter",
     "gliner",
     "gliner_bi",
     "gliclass",

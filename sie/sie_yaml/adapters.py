@@ -72,7 +72,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GTESparseFlashAdapter": AdapterRule(
         "splade", loadtime={"zero_special_tokens": True}, log1p_relu_for_v3_ids=True
     ),
-    "PrivacyFilterAdapter": refused("OpenAI's privacy filter is not a transformers model (its own runtime)"),
+    "PrivacyFilterAdapter": _family("privacy_filter"),
     # Families this server does not have.
     "GLiNERUnionAdapter": _family("gliner_union"),
     "GLiNER2Adapter": _family("gliner2"),

@@ -148,10 +148,19 @@ def loadtime_options(
             loadtime["max_len"] = value
         elif key == "members" and family == "gliner_union":
             loadtime["members"] = _union_members(value)
-        elif family == "context_pruner" and _context_pruner_loadtime(key, value, loadtime, notes, profile):
-            continue
-        else:
+        elif not _family_loadtime(family, key, value, loadtime, notes, profile):
             raise Refused(f"loadtime.{key} is not supported for the {family} family")
+
+
+def _family_loadtime(
+    family: str, key: str, value: Any, loadtime: dict[str, Any], notes: list[str], profile: str
+) -> bool:
+    """A load-time key one family alone reads, taken into `loadtime`; False: not one of them."""
+    if family == "context_pruner":
+        return _context_pruner_loadtime(key, value, loadtime, notes, profile)
+    if family == "privacy_filter":
+        return _privacy_filter_loadtime(key, value, loadtime)
+    return False
 
 
 def _context_pruner_loadtime(
@@ -166,6 +175,24 @@ def _context_pruner_loadtime(
         loadtime[key] = _positive_length(value)
     elif key == "dropout":
         notes.append(f"profile '{profile}': loadtime.dropout has no effect at inference")
+    else:
+        return False
+    return True
+
+
+def _privacy_filter_loadtime(key: str, value: Any, loadtime: dict[str, Any]) -> bool:
+    """Where the Viterbi calibration is (`checkpoint_subdir`: SIE reads OPF's own checkpoint there;
+    the weights here are the folder's transformers ones) and whether spans lose edge whitespace."""
+    if key == "checkpoint_subdir":
+        if value not in ("", "original"):
+            raise Refused(f"loadtime.checkpoint_subdir {value!r} is not 'original' or ''")
+        loadtime[key] = value
+    elif key == "trim_span_whitespace":
+        if not isinstance(value, bool):
+            raise Refused(f"loadtime.trim_span_whitespace {value!r} is not a boolean")
+        loadtime[key] = value
+    elif key == "window_tokens":
+        loadtime[key] = _positive_length(value)
     else:
         return False
     return True

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import numpy as np
 import torch
@@ -75,9 +75,7 @@ class TokenClassificationAdapter(Adapter):
         self._memory_bytes = backend.memory_bytes()
 
     @classmethod
-    def load(
-        cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
-    ) -> TokenClassificationAdapter:
+    def load(cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None) -> Self:
         chosen = config.profile(profile)
         torch_device = torch.device(device)
         onnx_file = chosen.adapter_options.loadtime.get("onnx_file")
