@@ -124,6 +124,10 @@ def test_labels_keep_only_those_categories(lab: Lab) -> None:
     found = entities_of(extract(lab, TEXTS, {"labels": wanted}))
     for got, text in zip(found, TEXTS, strict=True):
         assert_same(got, lab.reference.extract(text, labels=wanted))
+    # No labels, or an empty list, is every category.
+    every = entities_of(extract(lab, TEXTS, {"labels": []}))
+    for got, text in zip(every, TEXTS, strict=True):
+        assert_same(got, lab.reference.extract(text))
 
 
 @pytest.mark.parametrize("bias", [-3.0, 2.5])

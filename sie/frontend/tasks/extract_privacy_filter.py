@@ -74,8 +74,8 @@ class PrivacyFilter:
         )
 
     def categories(self, labels: list[str] | None) -> set[str] | None:
-        """The request's labels, each one of the model's categories; None: all of them."""
-        if labels is None:
+        """The request's labels, each one of the model's categories; None (no labels): all of them."""
+        if not labels:
             return None
         known = self.space.category_names
         unknown = [label for label in labels if label not in known]
