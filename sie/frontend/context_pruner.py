@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from sie.frontend.model_files import read_json_object
+from sie.frontend.model_files import read_json_object, token_content
 
 _SKIPPED_ROLES = ("pad_token", "sep_token", "cls_token", "bos_token")
 
@@ -75,9 +75,8 @@ def skipped_token_ids(weights_dir: Path, tokenizer: Tokenizer) -> frozenset[int]
     }
     ids = set()
     for role in _SKIPPED_ROLES:
-        token = names.get(role)
-        token = token.get("content") if isinstance(token, dict) else token
-        token_id = tokenizer.token_to_id(token) if isinstance(token, str) else None
+        token = token_content(names.get(role))
+        token_id = tokenizer.token_to_id(token) if token is not None else None
         if token_id is not None:
             ids.add(token_id)
     return frozenset(ids)

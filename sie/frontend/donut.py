@@ -25,7 +25,7 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 
 from sie.errors import InvalidInput
 from sie.frontend.detokenize import clean_up_tokenization
-from sie.frontend.model_files import read_json_object, tokenizer_settings
+from sie.frontend.model_files import read_json_object, token_content, tokenizer_settings
 
 DOCVQA = "<s_docvqa>"
 _XLM_ROBERTA = frozenset({"XLMRobertaTokenizer", "XLMRobertaTokenizerFast"})
@@ -61,8 +61,8 @@ class DonutText:
         decoder = read_json_object(folder / "config.json").get("decoder") or {}
         return cls(
             tokenizer=tokenizer,
-            eos=_token_text(tokenizer_config.get("eos_token"), "</s>"),
-            pad=_token_text(tokenizer_config.get("pad_token"), "<pad>"),
+            eos=token_content(tokenizer_config.get("eos_token")) or "</s>",
+            pad=token_content(tokenizer_config.get("pad_token")) or "<pad>",
             added=frozenset(t.content for t in tokenizer.get_added_tokens_decoder().values()),
             clean_up=bool(tokenizer_config.get("clean_up_tokenization_spaces", False)),
             max_positions=int(decoder.get("max_position_embeddings") or 1024),
@@ -87,12 +87,6 @@ class DonutText:
             text = clean_up_tokenization(text)
         text = text.replace(self.eos, "").replace(self.pad, "")
         return _FIRST_TAG.sub("", text, count=1).strip()
-
-
-def _token_text(value: Any, default: str) -> str:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else default
 
 
 def _as_transformers_xlm_roberta(tokenizer: Tokenizer, path: Path, config: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer, processors
 
 from sie.errors import InvalidInput
+from sie.frontend.model_files import token_content
 from sie.frontend.tokenize import Encoded
 from sie.model_config import folder_tokenizer_file, resolve_weights_dir
 
@@ -343,7 +344,7 @@ def load_tokenizer(weights_dir: Path) -> Tokenizer:
         tokenizer.no_truncation()
     # transformers takes special_tokens_map.json's tokens over tokenizer_config.json's.
     special = {**config, **_read_json(weights_dir / "special_tokens_map.json", missing_ok=True)}
-    bos, eos = _token_text(special.get("bos_token")), _token_text(special.get("eos_token"))
+    bos, eos = token_content(special.get("bos_token")), token_content(special.get("eos_token"))
     _apply_bos_eos(tokenizer, bos, eos)
     return tokenizer
 
@@ -361,12 +362,6 @@ def _apply_bos_eos(tokenizer: Tokenizer, bos: str | None, eos: str | None) -> No
     single = f"{first}$A:0{last}"
     pair = f"{single} {first.replace(':0', ':1')}$B:1{last.replace(':0', ':1')}"
     tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=marks)
-
-
-def _token_text(value: object) -> str | None:
-    if isinstance(value, dict):  # a serialized AddedToken
-        value = value.get("content")
-    return value if isinstance(value, str) else None
 
 
 def _read_json(path: Path, *, missing_ok: bool = False) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from sie.errors import InvalidInput
+from sie.frontend.model_files import token_content
 from sie.frontend.tokenize import Encoded
 
 QTYPES: dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
@@ -113,10 +114,8 @@ def _token_id(tokenizer: Tokenizer, folder: Path, name: str) -> int:
         path = folder / file
         if not path.is_file():
             continue
-        token = json.loads(path.read_text(encoding="utf-8")).get(f"{name}_token")
-        if isinstance(token, dict):
-            token = token.get("content")
-        if isinstance(token, str) and tokenizer.token_to_id(token) is not None:
+        token = token_content(json.loads(path.read_text(encoding="utf-8")).get(f"{name}_token"))
+        if token is not None and tokenizer.token_to_id(token) is not None:
             return int(tokenizer.token_to_id(token))
     raise ValueError(f"Laya tokenizer in {folder} names no {name} token")
 

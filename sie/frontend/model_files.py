@@ -25,3 +25,11 @@ def tokenizer_settings(folder: Path) -> dict[str, Any]:
         **read_json_object(folder / "special_tokens_map.json"),
         **read_json_object(folder / "tokenizer_config.json"),
     }
+
+
+def token_content(value: object) -> str | None:
+    """A special token as tokenizer configs write it (a string, or an AddedToken mapping with its
+    `content`); None when it is neither."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from sie.frontend.detokenize import clean_up_tokenization
+from sie.frontend.model_files import token_content
 
 # The punctuation ParakeetProcessor times at the end of the token before it.
 REFINED_PUNCTUATION = frozenset({"?", "'", "¡", "¿", "-", ":", ",", "%", "/", ".", "!"})
@@ -47,7 +48,7 @@ class ParakeetVocab:
         processor = _json(folder / "processor_config.json")
         skipped = {
             tokenizer.token_to_id(str(token))
-            for token in (_content(config.get("pad_token")), processor.get("blank_token", "<blank>"))
+            for token in (token_content(config.get("pad_token")), processor.get("blank_token", "<blank>"))
             if token is not None
         }
         is_bpe = type(tokenizer.model).__name__ == "BPE"
@@ -125,10 +126,3 @@ def _json(path: Path) -> dict[str, Any]:
         return {}
     raw = json.loads(path.read_text())
     return raw if isinstance(raw, dict) else {}
-
-
-def _content(token: Any) -> str | None:
-    """A special token as tokenizer_config.json writes it: a string or an AddedToken mapping."""
-    if isinstance(token, dict):
-        return str(token.get("content")) if token.get("content") is not None else None
-    return None if token is None else str(token)
