@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import re
 import tempfile
@@ -108,3 +109,20 @@ def _transformers_version() -> str:
         return importlib.metadata.version("transformers")
     except importlib.metadata.PackageNotFoundError:
         return "none"
+
+
+def chat_template(folder: Path) -> str | None:
+    """The processor's template (chat_template.jinja / .json), else the tokenizer's; None if none."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        found = json.loads(path.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(found, list):  # named templates: the default one
+            found = next((t.get("template") for t in found if t.get("name") == "default"), None)
+        if isinstance(found, str) and found:
+            return found
+    return None

@@ -557,3 +557,33 @@ def test_openais_privacy_filter_is_a_privacy_filter_with_its_decoding_options() 
         bad["profiles"]["default"]["adapter_options"]["loadtime"] = {key: value}
         with pytest.raises(ModelConfigError, match=named):
             translate(bad, "test.yaml")
+
+
+def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
+    sglang = "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter"
+    native = "sie_server.adapters.lighton_ocr.adapter:LightOnOCRAdapter"
+    server = {"mem_fraction_static": 0.85, "meter_pages": True, "system_prompt": "Read it."}
+    profiles = {
+        "default": {
+            "adapter_path": sglang,
+            "adapter_options": {"loadtime": server, "runtime": {"max_new_tokens": 99}},
+        },
+        "transformers": {"adapter_path": native, "adapter_options": {"runtime": {"num_beams": 1}}},
+    }
+    raw = _sie(profiles, tasks={"encode": None, "score": None, "extract": {}})
+    raw.update(sie_id="lightonai/LightOnOCR-2-1B", hf_id="lightonai/LightOnOCR-2-1B")
+    config = _config(raw)
+    assert config.family == "lighton_ocr"
+    default = config.profile().adapter_options
+    assert default.loadtime == {"system_prompt": "Read it."} and default.runtime.max_new_tokens == 99
+    assert config.profile("transformers").adapter_options.runtime.num_beams == 1
+    assert any("mem_fraction_static is SIE engine tuning" in note for note in config.notes)
+    assert any("meter_pages is SIE's SGLang server setting" in note for note in config.notes)
+    other = copy.deepcopy(raw)
+    other.update(sie_id="zai-org/GLM-OCR", hf_id="zai-org/GLM-OCR")
+    with pytest.raises(ModelConfigError, match="LightOnOCR-2 is"):
+        translate(other, "test.yaml")
+    beams = copy.deepcopy(raw)
+    beams["profiles"]["default"]["adapter_options"]["runtime"]["num_beams"] = 4
+    with pytest.raises(ModelConfigError, match="greedily"):
+        translate(beams, "test.yaml")

@@ -41,6 +41,7 @@ _SPEC_MODULES = (
     "whisper",
     "parakeet",
     "florence2",
+    "lighton_ocr",
     "qwen3_vl_embedding",
     "qwen3_vl_reranker",
     "donut",

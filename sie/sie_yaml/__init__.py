@@ -196,9 +196,10 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
         raise Refused("no adapter_path")
     cls = adapter_class(path)
     rule = ADAPTERS.get(cls, refused(f"SIE adapter {cls} has no counterpart in this server"))
-    if rule.family is None:
+    family = rule.family_for(model.sie_id)
+    if family is None:
         raise Refused(f"{cls}: {rule.refusal}")
-    out: dict[str, Any] = {"adapter": rule.family}
+    out: dict[str, Any] = {"adapter": family}
     for key, value in profile.items():
         if key in ("adapter_path", "adapter_options"):
             continue
@@ -215,10 +216,10 @@ def _profile(profile: Mapping[str, Any], model: _Model, name: str) -> dict[str, 
     loadtime.update(rule.loadtime)
     if rule.log1p_relu_for_v3_ids and "v3" in model.sie_id:
         loadtime["activation"] = "log1p_relu"
-    loadtime_options(options.get("loadtime") or {}, rule.family, runtime, loadtime, model.notes, name)
+    loadtime_options(options.get("loadtime") or {}, family, runtime, loadtime, model.notes, name)
     if not loadtime.get("trust_remote_code", True):
         del loadtime["trust_remote_code"]
-    runtime_options(options.get("runtime") or {}, rule.family, runtime)
+    runtime_options(options.get("runtime") or {}, family, runtime)
     out["adapter_options"] = {"loadtime": loadtime, "runtime": runtime}
     return out
 

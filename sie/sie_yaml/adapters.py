@@ -21,6 +21,11 @@ class AdapterRule:
     loadtime: Mapping[str, Any] = field(default_factory=dict)
     # SIE's GTE sparse adapter applies log1p twice when the model id says "v3".
     log1p_relu_for_v3_ids: bool = False
+    # An adapter that runs several architectures (SIE's SGLang ones): the ids served here, by family.
+    by_id: Mapping[str, str] = field(default_factory=dict)
+
+    def family_for(self, sie_id: str) -> str | None:
+        return self.by_id.get(sie_id, self.family)
 
 
 def _family(name: str, *, runs_model_code: bool = False) -> AdapterRule:
@@ -112,7 +117,17 @@ ADAPTERS: dict[str, AdapterRule] = {
     "SGLangGenerationAdapter": refused(NO_GENERATION),
     "SGLangGemmaAdapter": refused(NO_GENERATION),
     "SGLangCuda13Adapter": refused(NO_GENERATION),
-    "SGLangVisionExtractAdapter": refused(NO_GENERATION),
+    # SIE runs LightOnOCR-2 on SGLang by default and on transformers in its `transformers` profile,
+    # to the same contract; here both profiles run on transformers.
+    "SGLangVisionExtractAdapter": AdapterRule(
+        None,
+        "OCR by this vision-language model is not served here (of SIE's SGLang OCR models, LightOnOCR-2 is)",
+        by_id={"lightonai/LightOnOCR-2-1B": "lighton_ocr"},
+    ),
+    "LightOnOCRAdapter": _family("lighton_ocr"),
+    "LightOnOCR3Adapter": refused(
+        "LightOnOCR-3 (Qwen3.5, transcribing by sampling at temperature 0.1) is not served here"
+    ),
 }
 
 NV_EMBED = (

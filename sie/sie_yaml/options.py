@@ -160,6 +160,8 @@ def _family_loadtime(
         return _context_pruner_loadtime(key, value, loadtime, notes, profile)
     if family == "privacy_filter":
         return _privacy_filter_loadtime(key, value, loadtime)
+    if family == "lighton_ocr":
+        return _lighton_ocr_loadtime(key, value, loadtime, notes, profile)
     return False
 
 
@@ -193,6 +195,27 @@ def _privacy_filter_loadtime(key: str, value: Any, loadtime: dict[str, Any]) -> 
         loadtime[key] = value
     elif key == "window_tokens":
         loadtime[key] = _positive_length(value)
+    else:
+        return False
+    return True
+
+
+# SIE's SGLang server settings for its OCR models; here the model runs in the device process.
+_SGLANG_SERVER = frozenset(
+    {"mem_fraction_static", "served_model_name", "max_concurrent_requests", "meter_pages", "extra_env"}
+)
+
+
+def _lighton_ocr_loadtime(
+    key: str, value: Any, loadtime: dict[str, Any], notes: list[str], profile: str
+) -> bool:
+    """The system prompt (the conversation's first turn), and SIE's SGLang settings, noted."""
+    if key == "system_prompt":
+        if not isinstance(value, str):
+            raise Refused(f"loadtime.system_prompt {value!r} is not a string")
+        loadtime[key] = value
+    elif key in _SGLANG_SERVER:
+        notes.append(f"profile '{profile}': loadtime.{key} is SIE's SGLang server setting, no effect here")
     else:
         return False
     return True
@@ -338,6 +361,10 @@ def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, An
             runtime[key] = value  # how the members' spans are composed, checked below
         elif key in ("task", "max_new_tokens", "num_beams") and family == "florence2":
             runtime[key] = value  # the task token and generation settings, checked per request
+        elif key == "num_beams" and family == "lighton_ocr" and value != 1:
+            raise Refused(f"runtime.num_beams {value!r}: LightOnOCR decodes greedily here (num_beams 1)")
+        elif key in ("max_new_tokens", "num_beams") and family == "lighton_ocr":
+            runtime[key] = value  # the most tokens a page may take; a request may ask for fewer
         elif key == "lora_id":
             raise Refused(
                 "runtime.lora_id: LoRA adapters from the Hugging Face cache are not loaded by profile here; "

@@ -141,7 +141,7 @@ def _row_bytes(recipe: Qwen3VLRecipe, row: Row, limit: int) -> int:
 def _media_batch(tokens: list[RowTokens], op: Op, kind: ResultKind, slot: int, key: int) -> TokenBatch:
     offsets = np.zeros(len(tokens) + 1, np.int32)
     np.cumsum([len(t.input_ids) for t in tokens], out=offsets[1:])
-    words = [_as_words(t.pixels) for t in tokens]
+    words = [as_words(t.pixels) for t in tokens]
     sample_offsets = np.zeros(len(tokens) + 1, np.int32)
     np.cumsum([len(w) for w in words], out=sample_offsets[1:])
     return TokenBatch(
@@ -158,7 +158,7 @@ def _media_batch(tokens: list[RowTokens], op: Op, kind: ResultKind, slot: int, k
     )
 
 
-def _as_words(pixels: list[np.ndarray]) -> np.ndarray:
+def as_words(pixels: list[np.ndarray]) -> np.ndarray:
     """A row's images as bytes in float32 words (the sample section's unit), zero-padded to 4."""
     data = np.concatenate([np.ascontiguousarray(p, np.uint8).reshape(-1) for p in pixels])
     padded = np.zeros(-(-len(data) // 4) * 4, np.uint8)

@@ -21,7 +21,6 @@ wrong.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from sie.gpu_proc.adapters.qwen_patches import flat_patches
 from sie.gpu_proc.outputs import Output
 from sie.model_config import resolve_tokenizer_file
 from sie.shm.layout import ResultKind
+from sie.tokenizer_files import chat_template
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -243,20 +243,3 @@ def check_chat_template(weights_dir: Path, probes: list[tuple[list[dict[str, Any
                 f"{weights_dir}: the chat template renders SIE's Qwen3-VL prompt differently "
                 f"({rendered!r} instead of {want!r})"
             )
-
-
-def chat_template(folder: Path) -> str | None:
-    """The processor's template (chat_template.jinja / .json), else the tokenizer's; None if none."""
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
-    for name in ("chat_template.json", "tokenizer_config.json"):
-        path = folder / name
-        if not path.is_file():
-            continue
-        found = json.loads(path.read_text(encoding="utf-8")).get("chat_template")
-        if isinstance(found, list):  # named templates: the default one
-            found = next((t.get("template") for t in found if t.get("name") == "default"), None)
-        if isinstance(found, str) and found:
-            return found
-    return None

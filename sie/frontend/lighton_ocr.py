@@ -1,0 +1,133 @@
+"""LightOnOCR prompts as device items (no torch): the folder's chat template rendered, the page
+resized, the image token expanded to one per merged patch (sie.lighton_ocr).
+
+The conversation is SIE's: the system prompt, then a user turn holding the page and, when the
+request gives one, the instruction. It is rendered with transformers' own chat-template renderer
+and the folder's template, as LightOnOcrProcessor.apply_chat_template renders it, then tokenized
+whole; its one image token becomes `rows * columns` copies, which is what the processor's text
+expansion gives, since the image token is a special token that tokenizes alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tokenizers import Tokenizer
+
+from sie import lighton_ocr as recipe
+from sie.errors import InvalidInput
+from sie.frontend.detokenize import clean_up_tokenization
+from sie.frontend.media import resample
+from sie.frontend.model_files import read_json_object, token_content
+from sie.frontend.qwen3_vl import check_text
+from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
+from sie.tokenizer_files import chat_template
+
+_SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+
+
+@dataclass(frozen=True, slots=True)
+class PageTokens:
+    """One page's prompt as the device reads it."""
+
+    input_ids: np.ndarray  # int32, the image token expanded
+    aux: np.ndarray  # int32, on each image token the page's width in pixels, else 0
+    pixels: np.ndarray  # [H, W, 3] uint8, resized
+    text_tokens: int
+
+
+class LightOnOcrRecipe:
+    """One checkpoint's tokenizer, chat template, page settings and system prompt."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        template: str,
+        spec: recipe.PageSpec,
+        specials: dict[str, str],
+        system: str,
+        *,
+        clean_up: bool = False,
+    ) -> None:
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self._tokenizer = tokenizer
+        self._template = template
+        self._specials = specials
+        self.spec = spec
+        self.system = system
+        self.clean_up = clean_up
+        added = tokenizer.get_added_tokens_decoder().values()
+        # What an instruction may not hold: the tokens that steer the template or stand for images.
+        self.reserved = frozenset(t.content for t in added if t.special)
+
+    @classmethod
+    def for_model(cls, config: ModelConfig) -> LightOnOcrRecipe:
+        folder = resolve_weights_dir(config)
+        template = chat_template(Path(folder))
+        if template is None:
+            raise ValueError(f"{folder} has no chat template")
+        settings = read_json_object(folder / "tokenizer_config.json")
+        specials = {role: token_content(settings.get(role)) for role in _SPECIAL_ROLES}
+        loadtime = config.profile().adapter_options.loadtime
+        system = loadtime.get("system_prompt", recipe.DEFAULT_SYSTEM_PROMPT)
+        tokenizer = Tokenizer.from_file(str(resolve_tokenizer_file(config)))
+        present = {role: token for role, token in specials.items() if token is not None}
+        clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
+        return cls(tokenizer, template, recipe.page_spec(folder), present, str(system), clean_up=clean_up)
+
+    def conversation(self, instruction: str | None) -> list[dict[str, Any]]:
+        content: list[dict[str, str]] = [{"type": "image"}]
+        if instruction:
+            content.append({"type": "text", "text": instruction})
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+
+    def prompt(self, instruction: str | None, where: str) -> str:
+        """The rendered conversation (checked: an instruction cannot write control tokens)."""
+        from transformers.utils.chat_template_utils import render_jinja_template  # deferred: slow import
+
+        check_text(instruction, where, self.reserved)
+        rendered, _ = render_jinja_template(
+            [self.conversation(instruction)],
+            chat_template=self._template,
+            add_generation_prompt=True,
+            **self._specials,
+        )
+        return str(rendered[0])
+
+    def resized(self, pixels: np.ndarray, where: str) -> np.ndarray:
+        """Pillow's bicubic resize to the processor's size for this page."""
+        height, width = pixels.shape[:2]
+        try:
+            new_h, new_w = self.spec.resized(height, width)
+        except ValueError as exc:
+            raise InvalidInput(f"{where}: {exc}") from None
+        if self.spec.token_grid(new_h, new_w)[0] < 1 or self.spec.token_grid(new_h, new_w)[1] < 1:
+            raise InvalidInput(f"{where}: a {width}x{height} page is smaller than one image token")
+        if (new_h, new_w) == (height, width):
+            return pixels
+        fast = resample.resize(pixels, new_w, new_h, recipe.BICUBIC)
+        if fast is not None:
+            return fast
+        return np.asarray(Image.fromarray(pixels).resize((new_w, new_h), resample=recipe.BICUBIC), np.uint8)
+
+    def tokens(self, prompt: str, pixels: np.ndarray, where: str) -> PageTokens:
+        ids = np.asarray(self._tokenizer.encode(prompt, add_special_tokens=False).ids, np.int32)
+        slots = np.flatnonzero(ids == self.spec.image_token_id)
+        if len(slots) != 1:
+            raise InvalidInput(f"{where}: the chat template wrote {len(slots)} image tokens for one page")
+        rows, columns = self.spec.token_grid(pixels.shape[0], pixels.shape[1])
+        repeats = np.ones(len(ids), np.int64)
+        repeats[slots[0]] = rows * columns
+        widths = np.zeros(len(ids), np.int32)
+        widths[slots[0]] = pixels.shape[1]
+        return PageTokens(np.repeat(ids, repeats), np.repeat(widths, repeats), pixels, len(ids) - 1)
+
+    def text(self, ids: list[int]) -> str:
+        """Generated ids as text, special tokens left out (the processor's batch_decode)."""
+        text = str(self._tokenizer.decode(ids, skip_special_tokens=True))
+        return clean_up_tokenization(text) if self.clean_up else text

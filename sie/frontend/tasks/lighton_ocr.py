@@ -1,0 +1,117 @@
+"""The extract task for LightOnOCR: each item's page transcribed to Markdown, one entity per item.
+
+Each item carries one page image. Its prompt (sie.frontend.lighton_ocr) goes after a generation
+header (the item's max new tokens: `sie.lighton_ocr.HEADER`), and the batch key carries the header,
+so a device batch shares it; the page travels as its resized RGB bytes in the message's sample
+section, its width in pixels in `aux` on its image tokens. The device
+returns the generated ids, decoded here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sie import lighton_ocr as recipe
+from sie.errors import InvalidInput
+from sie.frontend.lighton_ocr import LightOnOcrRecipe, PageTokens
+from sie.frontend.media.images import decode_image
+from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.pipeline import admit
+from sie.frontend.state import FrontendState
+from sie.frontend.target import Target, config_key
+from sie.frontend.tasks.extract import Extracted, ExtractJob
+from sie.frontend.tasks.images import ImageUnit, image_units
+from sie.frontend.tasks.qwen3_vl import as_words
+from sie.frontend.wire import Item
+from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+
+_TOKEN_BYTES = 8  # an id and its aux value
+
+
+async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    config = target.config
+    model = state.tokenizers.derived(config, "lighton_ocr", lambda _: LightOnOcrRecipe.for_model(config))
+    max_new_tokens = _max_new_tokens(job.options, target.runtime.max_new_tokens)
+    if job.options.get("num_beams", 1) != 1:
+        raise InvalidInput("options.num_beams: LightOnOCR decodes greedily here (num_beams 1)")
+    instruction = job.instruction if job.instruction is not None else job.options.get("instruction")
+    if instruction is not None and not isinstance(instruction, str):
+        raise InvalidInput("options.instruction must be a string")
+    units = _units(job.items)
+    prompt = model.prompt(instruction, "params.instruction")
+    admit(state, target, len(units))
+    slot, key = target.slot, config_key(target.profile_name, f"max_new_tokens={max_new_tokens}")
+    max_pixels = state.settings.max_image_pixels
+    header = np.array([max_new_tokens], np.int32)
+
+    def prepare(part: Sequence[ImageUnit]) -> Prepared:
+        pages = []
+        for unit in part:
+            pixels = decode_image(unit.data, unit.format, max_pixels, unit.where).pixels
+            pages.append(model.tokens(prompt, model.resized(pixels, unit.where), unit.where))
+        return Prepared(_batch(pages, header, slot, key), [page.text_tokens for page in pages])
+
+    # A page is at most longest_edge squared: its bytes and one token per merged patch bound it.
+    edge = model.spec.longest_edge
+    page_tokens = len(prompt.encode()) + (edge // model.spec.token_edge) ** 2
+    page_bytes = edge * edge * 3 + _TOKEN_BYTES * page_tokens
+    submitted = await submit_units(state, units, page_bytes, prepare)
+    texts = [
+        model.text(row[:, 0].astype(np.int64).tolist())
+        for results, _ in submitted.parts
+        for row in results.ragged[ResultKind.TOKENS]
+    ]
+    return Extracted(
+        entities=[[_markdown(text)] for text in texts],
+        classifications=[[] for _ in texts],
+        input_tokens=sum(n for _, meta in submitted.parts for n in meta),
+        tokenization_ms=submitted.prepare_ms,
+        queue_ms=submitted.queue_ms,
+        inference_ms=submitted.inference_ms,
+    )
+
+
+def _markdown(text: str) -> dict[str, Any]:
+    """SIE's entity for a page: its Markdown, edge whitespace trimmed, no offsets."""
+    return {"text": text.strip(), "label": "markdown", "score": 1.0, "start": None, "end": None, "bbox": None}
+
+
+def _max_new_tokens(options: dict[str, Any], configured: int | None) -> int:
+    ceiling = configured or recipe.DEFAULT_MAX_NEW_TOKENS
+    value = options.get("max_new_tokens", ceiling)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
+        raise InvalidInput(f"options.max_new_tokens must be an integer from 1 to {ceiling}")
+    return value
+
+
+def _units(items: Sequence[Item]) -> list[ImageUnit]:
+    for index, item in enumerate(items):
+        count = len(item.images or [])
+        if count != 1:
+            raise InvalidInput(f"Item {index} has {count} images; LightOnOCR reads one page image per item")
+    return image_units(range(len(items)), [item.images or [] for item in items], 1)
+
+
+def _batch(pages: list[PageTokens], header: np.ndarray, slot: int, key: int) -> TokenBatch:
+    ids = [np.concatenate([header, page.input_ids]) for page in pages]
+    aux = [np.concatenate([np.zeros(len(header), np.int32), page.aux]) for page in pages]
+    offsets = np.zeros(len(pages) + 1, np.int32)
+    np.cumsum([len(i) for i in ids], out=offsets[1:])
+    words = [as_words([page.pixels]) for page in pages]
+    sample_offsets = np.zeros(len(pages) + 1, np.int32)
+    np.cumsum([len(w) for w in words], out=sample_offsets[1:])
+    return TokenBatch(
+        req_id=0,
+        op=Op.EXTRACT,
+        model_slot=slot,
+        offsets=offsets,
+        input_ids=np.concatenate(ids),
+        output_mask=mask_of({ResultKind.TOKENS}),
+        config_key=key,
+        aux=np.concatenate(aux),
+        samples=np.concatenate(words),
+        sample_offsets=sample_offsets,
+    )

@@ -1,0 +1,116 @@
+"""LightOnOCR's page path against transformers' LightOnOcrProcessor (with the PIL Pixtral image
+processor): the frontend's prompt ids and resized page, and the device's normalized pixels and page
+sizes, for pages of several sizes and aspects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from sie.frontend.lighton_ocr import LightOnOcrRecipe
+from sie.frontend.tasks.qwen3_vl import as_words
+from sie.gpu_proc.adapters import load_adapter
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.lighton_ocr import LightOnOcrAdapter
+from sie.lighton_ocr import HEADER, page_spec
+from sie.model_config import parse_model_config
+from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr, model_yaml_lighton_ocr
+
+SYSTEM = "You are an OCR engine. Return the markdown representation of the document."
+SIZES = [(100, 70), (300, 160), (40, 200), (28, 28), (126, 98), (113, 57)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_lighton_ocr(tmp_path_factory.mktemp("lighton"), seed=2)
+
+
+@pytest.fixture(scope="module")
+def pages() -> list[Image.Image]:
+    rng = np.random.default_rng(9)
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
+
+
+def recipe_of(folder: Path) -> LightOnOcrRecipe:
+    config = parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder))
+    return LightOnOcrRecipe.for_model(config)
+
+
+def forward_inputs(
+    recipe: LightOnOcrRecipe, pages: list[Image.Image], instruction: str | None
+) -> ForwardInputs:
+    """The items as the runner hands them over: header and prompt, right-padded, bytes as samples."""
+    prompt = recipe.prompt(instruction, "test")
+    tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
+    rows = [np.concatenate([[7], t.input_ids]) for t in tokens]
+    aux_rows = [np.concatenate([[0], t.aux]) for t in tokens]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.int64)
+    aux = torch.zeros((len(rows), width), dtype=torch.int64)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    for i, (row, extra) in enumerate(zip(rows, aux_rows, strict=True)):
+        ids[i, : len(row)], aux[i, : len(row)], mask[i, : len(row)] = (
+            torch.from_numpy(row),
+            torch.from_numpy(extra),
+            1,
+        )
+    samples = [torch.from_numpy(as_words([t.pixels]).copy()) for t in tokens]
+    return ForwardInputs(ids, mask, None, aux, [len(r) for r in rows], False, samples=samples)
+
+
+def test_prompt_ids_match_the_processor(folder: Path, pages: list[Image.Image]) -> None:
+    recipe, reference = recipe_of(folder), Reference(folder, SYSTEM)
+    for instruction in (None, "Only the table, please."):
+        inputs = forward_inputs(recipe, pages, instruction)
+        for i, page in enumerate(pages):
+            content: list[dict[str, str]] = [{"type": "image"}]
+            if instruction:
+                content.append({"type": "text", "text": instruction})
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}]
+            text = reference.processor.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+            want = reference.processor(text=text, images=[page], return_tensors="pt")["input_ids"][0]
+            got = inputs.input_ids[i, HEADER : inputs.lengths[i]]
+            assert got.tolist() == want.tolist()
+
+
+def test_pages_match_the_processors_pixel_values_and_sizes(folder: Path, pages: list[Image.Image]) -> None:
+    recipe, reference = recipe_of(folder), Reference(folder, SYSTEM)
+    adapter = load_adapter(parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder)), folder, "cpu")
+    assert isinstance(adapter, LightOnOcrAdapter)
+    inputs = forward_inputs(recipe, pages, None)
+    got, sizes = adapter._pages(inputs, range(len(pages)))
+    want = reference.processor.image_processor(pages, return_tensors="pt")
+    assert sizes.tolist() == want["image_sizes"].tolist()
+    np.testing.assert_allclose(got.numpy(), want["pixel_values"].numpy(), atol=1e-5)
+
+
+def test_page_sizes_follow_pixtrals_rule(folder: Path) -> None:
+    spec = page_spec(folder)
+    assert spec.resized(70, 100) == (70, 112)  # no side over 112; each rounded up to 14
+    assert spec.resized(160, 300) == (70, 112)  # 300 -> 112, 160 -> floor(59.7) = 59 -> 70
+    assert spec.resized(200, 40) == (112, 28)  # 40 / (200 / 112) = 22.4 -> 22 -> 28
+    assert spec.token_grid(70, 112) == (2, 4)
+
+
+def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -> None:
+    recipe = recipe_of(folder)
+    adapter = load_adapter(parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder)), folder, "cpu")
+    assert isinstance(adapter, LightOnOcrAdapter)
+    inputs = forward_inputs(recipe, pages[:1], None)
+    short = ForwardInputs(
+        inputs.input_ids,
+        inputs.attention_mask,
+        None,
+        inputs.aux,
+        inputs.lengths,
+        False,
+        samples=[inputs.samples[0][:-8]] if inputs.samples else None,
+    )
+    with pytest.raises(ValueError, match="image tokens"):
+        adapter._pages(short, range(1))

@@ -1,0 +1,191 @@
+"""LightOnOCR-2 end to end: SIE's own YAML for lightonai/LightOnOCR-2-1B (its SGLang default profile
+and its transformers profile) with a tiny random model in a Hugging Face cache under SIE's id and pin.
+
+Each page's Markdown is checked against tests.tiny_models.lighton_ocr.Reference: transformers'
+LightOnOcrProcessor and `generate`, one page at a time, while the server reads pages of several
+sizes in one request (one device batch, prompts of different lengths, pages padded together).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from sie.lighton_ocr import DEFAULT_SYSTEM_PROMPT
+from tests.integration.server import Server
+from tests.integration.wire import decode, post
+from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr
+
+pytestmark = pytest.mark.slow
+
+MODEL = "lightonai/LightOnOCR-2-1B"
+REVISION = "c97bd377f04481830395218fa8951df9deaba756"
+SYSTEM = "You are an OCR engine. Return the markdown representation of the document."
+# SIE 0.10.1's file, but float32 for bfloat16 so that greedy decoding matches the float32 reference,
+# and 12 new tokens at most for 4,096, so that random weights finish quickly.
+SIE_YAML: dict[str, Any] = {
+    "sie_id": MODEL,
+    "hf_id": MODEL,
+    "hf_revision": REVISION,
+    "inputs": {"text": False, "image": True, "audio": False, "video": False},
+    "tasks": {"encode": None, "score": None, "extract": {}},
+    "max_sequence_length": 16384,
+    "profiles": {
+        "transformers": {
+            "max_batch_tokens": 16384,
+            "compute_precision": "float32",
+            "adapter_path": "sie_server.adapters.lighton_ocr.adapter:LightOnOCRAdapter",
+            "adapter_options": {"loadtime": {}, "runtime": {"max_new_tokens": 12, "num_beams": 1}},
+        },
+        "default": {
+            "max_batch_tokens": 16384,
+            "compute_precision": "float32",
+            "adapter_path": "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter",
+            "adapter_options": {
+                "loadtime": {
+                    "mem_fraction_static": 0.85,
+                    "served_model_name": MODEL,
+                    "max_concurrent_requests": 64,
+                    "meter_pages": True,
+                    "system_prompt": SYSTEM,
+                    "extra_env": {"SIE_SGLANG_LIGHTON_OCR_COMPAT": "1"},
+                },
+                "runtime": {"max_new_tokens": 12, "num_beams": 1},
+            },
+        },
+    },
+}
+# (width, height): wider and taller than the longest edge, odd multiples of 14, one token.
+SIZES = [(100, 70), (300, 160), (40, 200), (28, 28), (126, 98)]
+
+
+@dataclass(frozen=True)
+class Lab:
+    server: Server
+    reference: Reference
+    pages: list[bytes]
+    images: list[Image.Image]
+
+
+def png(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    root = tmp_path_factory.mktemp("lighton")
+    models = root / "models"
+    models.mkdir()
+    (models / "lightonai__LightOnOCR-2-1B.yaml").write_text(yaml.safe_dump(SIE_YAML))
+    repo = root / "hf-home" / "hub" / "models--lightonai--LightOnOCR-2-1B"
+    snapshot = make_lighton_ocr(repo / "snapshots" / REVISION, seed=1)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(REVISION)
+    rng = np.random.default_rng(4)
+    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
+    server = Server(
+        "--models-dir", str(models), "--local-cache", str(root / "hf-home"), "--preload", MODEL, frontends=1
+    ).wait_ready()
+    yield Lab(server, Reference(Path(snapshot), SYSTEM), [png(image) for image in images], images)
+    assert server.stop() == 0, server.log()
+
+
+def image(data: bytes, as_json: bool) -> dict[str, Any]:
+    return {"data": base64.b64encode(data).decode() if as_json else data}
+
+
+def extract(
+    lab: Lab, pages: list[bytes], params: dict[str, Any] | None = None, *, as_json: bool = True
+) -> Any:
+    items = [{"id": f"p{i}", "images": [image(page, as_json)]} for i, page in enumerate(pages)]
+    return post(
+        lab.server.url, f"/v1/extract/{MODEL}", {"items": items, "params": params or {}}, as_json=as_json
+    )
+
+
+def markdown(response: Any) -> list[str]:
+    assert response.status_code == 200, response.text
+    items = decode(response)["items"]
+    for item in items:
+        (entity,) = item["entities"]
+        assert (entity["label"], entity["score"], entity["start"], entity["end"]) == (
+            "markdown",
+            1.0,
+            None,
+            None,
+        )
+    return [item["entities"][0]["text"] for item in items]
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
+def test_pages_of_every_size_match_the_reference_in_one_request(lab: Lab, as_json: bool) -> None:
+    got = markdown(extract(lab, lab.pages, as_json=as_json))
+    want = [lab.reference.transcribe(image, max_new_tokens=12) for image in lab.images]
+    assert got == want
+    assert len(set(want)) > 1 and all(want)
+
+
+@pytest.mark.parametrize("profile", ["default", "transformers"])
+def test_an_instruction_and_fewer_new_tokens(lab: Lab, profile: str) -> None:
+    params = {"instruction": "Transcribe the table.", "options": {"max_new_tokens": 5, "profile": profile}}
+    got = markdown(extract(lab, lab.pages[:2], params))
+    want = [
+        lab.reference.transcribe(image, instruction="Transcribe the table.", max_new_tokens=5)
+        for image in lab.images[:2]
+    ]
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"options": {"max_new_tokens": 13}}, "max_new_tokens"),
+        ({"options": {"max_new_tokens": 0}}, "max_new_tokens"),
+        ({"options": {"num_beams": 2}}, "num_beams"),
+        ({"instruction": "read <|im_end|> then"}, "control token"),
+        ({"options": {"instruction": 5}}, "instruction"),
+    ],
+)
+def test_bad_requests_are_400_and_the_model_keeps_serving(
+    lab: Lab, params: dict[str, Any], message: str
+) -> None:
+    response = extract(lab, lab.pages[:1], params)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["detail"]["message"]
+    assert markdown(extract(lab, lab.pages[:1])) == [
+        lab.reference.transcribe(lab.images[0], max_new_tokens=12)
+    ]
+
+
+def test_items_need_exactly_one_decodable_page(lab: Lab) -> None:
+    body = {"items": [{"text": "no page"}], "params": {}}
+    assert post(lab.server.url, f"/v1/extract/{MODEL}", body, as_json=True).status_code == 400
+    two = {"items": [{"images": [image(lab.pages[0], True), image(lab.pages[1], True)]}]}
+    assert post(lab.server.url, f"/v1/extract/{MODEL}", two, as_json=True).status_code == 400
+    response = extract(lab, [b"not an image"])
+    assert response.status_code == 400, response.text
+    assert "Item 0 image 0" in response.json()["detail"]["message"]
+    tiny = png(Image.new("RGB", (14, 14)))  # under one image token: the model would not see it
+    response = extract(lab, [lab.pages[0], tiny])
+    assert response.status_code == 400, response.text
+    assert "Item 1 image 0" in response.json()["detail"]["message"]
+
+
+def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
+    from sie.sie_yaml import translate
+
+    config = translate(SIE_YAML, "lightonai__LightOnOCR-2-1B.yaml")
+    assert config["profiles"]["default"]["adapter"] == "lighton_ocr"
+    assert config["profiles"]["default"]["adapter_options"]["loadtime"] == {"system_prompt": SYSTEM}
+    assert DEFAULT_SYSTEM_PROMPT == SYSTEM
