@@ -53,8 +53,11 @@ class LightOnOcrRecipe:
         *,
         clean_up: bool = False,
     ) -> None:
+        from transformers.utils.chat_template_utils import render_jinja_template  # deferred: slow import
+
         tokenizer.no_truncation()
         tokenizer.no_padding()
+        self._render = render_jinja_template
         self._tokenizer = tokenizer
         self._template = template
         self._specials = specials
@@ -88,10 +91,8 @@ class LightOnOcrRecipe:
 
     def prompt(self, instruction: str | None, where: str) -> str:
         """The rendered conversation (checked: an instruction cannot write control tokens)."""
-        from transformers.utils.chat_template_utils import render_jinja_template  # deferred: slow import
-
         check_text(instruction, where, self.reserved)
-        rendered, _ = render_jinja_template(
+        rendered, _ = self._render(
             [self.conversation(instruction)],
             chat_template=self._template,
             add_generation_prompt=True,

@@ -114,3 +114,17 @@ def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -
     )
     with pytest.raises(ValueError, match="image tokens"):
         adapter._pages(short, range(1))
+
+
+def test_a_preprocessor_config_json_is_read_as_well(folder: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    settings = json.loads((copy / "processor_config.json").read_text())["image_processor"]
+    (copy / "processor_config.json").unlink()
+    (copy / "preprocessor_config.json").write_text(json.dumps({**settings, "size": {"longest_edge": 56}}))
+    assert page_spec(copy).resized(70, 100) == (42, 56)
+    (copy / "preprocessor_config.json").unlink()
+    with pytest.raises(ValueError, match="processor_config"):
+        page_spec(copy)

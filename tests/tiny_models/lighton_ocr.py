@@ -22,7 +22,7 @@ LONGEST_EDGE = 112
 PROCESSOR = {
     "image_processor_type": "PixtralImageProcessor",
     "size": {"longest_edge": LONGEST_EDGE},
-    "patch_size": {"height": 14, "width": 14},
+    "patch_size": 14,
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
     "image_std": [0.26862954, 0.26130258, 0.27577711],
     "rescale_factor": 1 / 255,
@@ -76,7 +76,11 @@ def make_lighton_ocr(folder: Path, seed: int = 0) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = write_tokenizer(folder)
-    (folder / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
+    # The Hub repository's layout: processor_config.json with the image processor's settings inside.
+    processor = {"image_processor": PROCESSOR, "patch_size": 14, "spatial_merge_size": 2}
+    (folder / "processor_config.json").write_text(
+        json.dumps({**processor, "processor_class": "LightOnOcrProcessor"})
+    )
     pad, eos = tokenizer.token_to_id("<|endoftext|>"), tokenizer.token_to_id("<|im_end|>")
     config = transformers.LightOnOcrConfig(
         vision_config={

@@ -92,8 +92,9 @@ async def run_privacy_filter(state: FrontendState, target: Target, job: ExtractJ
             "This model finds its trained privacy categories: it takes no instruction or output_schema"
         )
     admit(state, target, len(job.texts))
-    model = state.tokenizers.derived(
-        target.config, "privacy_filter", lambda _: PrivacyFilter.load(target.config)
+    # Built once, off the event loop: the model's tokenizer is large (o200k: 200,000 tokens).
+    model = await asyncio.to_thread(
+        state.tokenizers.derived, target.config, "privacy_filter", lambda _: PrivacyFilter.load(target.config)
     )
     wanted = model.categories(job.labels)
     biases = dict(model.biases)

@@ -9,6 +9,7 @@ returns the generated ids, decoded here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,10 @@ _TOKEN_BYTES = 8  # an id and its aux value
 
 async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     config = target.config
-    model = state.tokenizers.derived(config, "lighton_ocr", lambda _: LightOnOcrRecipe.for_model(config))
+    # Built once, off the event loop: it reads the tokenizer and imports transformers' renderer.
+    model = await asyncio.to_thread(
+        state.tokenizers.derived, config, "lighton_ocr", lambda _: LightOnOcrRecipe.for_model(config)
+    )
     max_new_tokens = _max_new_tokens(job.options, target.runtime.max_new_tokens)
     if job.options.get("num_beams", 1) != 1:
         raise InvalidInput("options.num_beams: LightOnOCR decodes greedily here (num_beams 1)")
