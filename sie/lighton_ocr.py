@@ -41,7 +41,8 @@ class PageSpec:
         if ratio > 1:
             height, width = math.floor(height / ratio), math.floor(width / ratio)
         if height < 1 or width < 1:
-            raise ValueError(f"a page of {height}x{width} pixels after scaling is empty")
+            limit = self.longest_edge
+            raise ValueError(f"the page scales to {width}x{height} pixels to fit {limit}: nothing to read")
         patch_h, patch_w = self.resize_patch
         return -(-height // patch_h) * patch_h, -(-width // patch_w) * patch_w
 

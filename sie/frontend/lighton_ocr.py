@@ -107,8 +107,11 @@ class LightOnOcrRecipe:
             new_h, new_w = self.spec.resized(height, width)
         except ValueError as exc:
             raise InvalidInput(f"{where}: {exc}") from None
-        if self.spec.token_grid(new_h, new_w)[0] < 1 or self.spec.token_grid(new_h, new_w)[1] < 1:
-            raise InvalidInput(f"{where}: a {width}x{height} page is smaller than one image token")
+        if min(self.spec.token_grid(new_h, new_w)) < 1:
+            raise InvalidInput(
+                f"{where}: a {width}x{height} page, resized to {new_w}x{new_h}, is under one image token "
+                f"({self.spec.token_edge} pixels) on a side"
+            )
         if (new_h, new_w) == (height, width):
             return pixels
         fast = resample.resize(pixels, new_w, new_h, recipe.BICUBIC)
