@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tokenizers import Tokenizer
 
 from sie import lighton_ocr as recipe
 from sie.errors import InvalidInput
 from sie.frontend.detokenize import clean_up_tokenization
-from sie.frontend.media import resample
+from sie.frontend.media.images import resize_pixels
 from sie.frontend.model_files import read_json_object, token_content
 from sie.frontend.qwen3_vl import check_text
 from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
@@ -114,10 +113,7 @@ class LightOnOcrRecipe:
             )
         if (new_h, new_w) == (height, width):
             return pixels
-        fast = resample.resize(pixels, new_w, new_h, recipe.BICUBIC)
-        if fast is not None:
-            return fast
-        return np.asarray(Image.fromarray(pixels).resize((new_w, new_h), resample=recipe.BICUBIC), np.uint8)
+        return resize_pixels(pixels, new_w, new_h, recipe.BICUBIC)
 
     def tokens(self, prompt: str, pixels: np.ndarray, where: str) -> PageTokens:
         ids = np.asarray(self._tokenizer.encode(prompt, add_special_tokens=False).ids, np.int32)

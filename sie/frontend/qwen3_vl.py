@@ -23,8 +23,7 @@ from tokenizers import Tokenizer
 
 from sie import qwen3_vl as recipe
 from sie.errors import InvalidInput
-from sie.frontend.media import resample
-from sie.frontend.media.images import decode_image
+from sie.frontend.media.images import decode_image, resize_pixels
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.images import ImageUnit
@@ -99,10 +98,7 @@ class Qwen3VLRecipe:
             raise InvalidInput(f"{where}: {exc}") from None
         if (new_h, new_w) == (height, width):
             return pixels
-        fast = resample.resize(pixels, new_w, new_h, recipe.BICUBIC)
-        if fast is not None:
-            return fast
-        return np.asarray(Image.fromarray(pixels).resize((new_w, new_h), resample=recipe.BICUBIC), np.uint8)
+        return resize_pixels(pixels, new_w, new_h, recipe.BICUBIC)
 
     def resized_bytes(self, image: Picture) -> int:
         """The bytes of an image once resized, read from its header (an unreadable header counts

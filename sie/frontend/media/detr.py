@@ -9,9 +9,8 @@ before it rescales and normalizes (which the device does).
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image
 
-from sie.frontend.media import resample
+from sie.frontend.media.images import resize_pixels
 from sie.media_config import ImageSpec
 
 
@@ -37,8 +36,4 @@ def resize_detr(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
     height, width = resized_hw(pixels.shape[0], pixels.shape[1], spec.shortest_edge, spec.longest_edge)
     if (height, width) == pixels.shape[:2]:
         return pixels
-    fast = resample.resize(pixels, width, height, spec.resample)
-    if fast is not None:
-        return fast
-    resized = Image.fromarray(pixels).resize((width, height), resample=spec.resample)
-    return np.asarray(resized, np.uint8)
+    return resize_pixels(pixels, width, height, spec.resample)

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from sie.errors import InvalidInput
-from sie.frontend.media import resample
+from sie.frontend.media.images import resize_pixels
 from sie.media_config import BICUBIC, BILINEAR, MediaConfigError, read_preprocessor_config
 
 # DonutImageProcessor's class defaults, for keys its preprocessor config leaves out.
@@ -121,10 +120,7 @@ def thumbnail_hw(height: int, width: int, max_height: int, max_width: int) -> tu
 
 
 def _resize(pixels: np.ndarray, height: int, width: int, filter_: int) -> np.ndarray:
-    fast = resample.resize(pixels, width, height, filter_)
-    if fast is not None:
-        return fast
-    return np.asarray(Image.fromarray(pixels).resize((width, height), resample=filter_), np.uint8)
+    return resize_pixels(pixels, width, height, filter_)
 
 
 def _pad(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
