@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.tiny_models.bpe import byte_level_bpe
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|image_pad|>", "[IMG_BREAK]", "[IMG_END]"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n"
@@ -41,18 +43,7 @@ _CORPUS = [
 
 
 def write_tokenizer(folder: Path) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_CORPUS * 3, trainer)
+    tokenizer = byte_level_bpe(_CORPUS, SPECIALS, vocab_size=500)
     tokenizer.save(str(folder / "tokenizer.json"))
     settings = {
         "tokenizer_class": "TokenizersBackend",

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.tiny_models.bpe import byte_level_bpe
+
 MAX_SEQUENCE_LENGTH = 256
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TRUE_TOKEN = "yes"  # the native stack's LogitScore token
@@ -105,18 +107,7 @@ def _save_cross_encoder(base: Path, folder: Path) -> None:
 
 def write_tokenizer(folder: Path, *, native: bool = False) -> Any:
     """Train the byte-level BPE tokenizer and save tokenizer.json and tokenizer_config.json."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=600,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_CORPUS * 3, trainer)
+    tokenizer = byte_level_bpe(_CORPUS, SPECIAL_TOKENS, vocab_size=600)
     tokenizer.save(str(folder / "tokenizer.json"))
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",

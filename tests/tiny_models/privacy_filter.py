@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tests.tiny_models.bpe import byte_level_bpe
+
 CATEGORIES = (
     "account_number",
     "private_address",
@@ -48,18 +50,7 @@ _CORPUS = [
 
 
 def write_tokenizer(folder: Path) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=[PAD],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_CORPUS * 3, trainer)
+    tokenizer = byte_level_bpe(_CORPUS, [PAD], vocab_size=400)
     tokenizer.save(str(folder / "tokenizer.json"))
     settings = {
         "tokenizer_class": "TokenizersBackend",
