@@ -189,3 +189,21 @@ def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
     assert config["profiles"]["default"]["adapter"] == "lighton_ocr"
     assert config["profiles"]["default"]["adapter_options"]["loadtime"] == {"system_prompt": SYSTEM}
     assert DEFAULT_SYSTEM_PROMPT == SYSTEM
+
+
+def test_the_sdk_transcribes_a_page_given_as_a_path_and_as_pil(lab: Lab, tmp_path: Path) -> None:
+    """`client.extract(model, item)` of the real sie-sdk, with a page file and an opened image."""
+    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
+
+    if not SDK_PYTHON.exists():
+        pytest.skip(f"{SDK_PYTHON} missing")
+    page = tmp_path / "page.png"
+    page.write_bytes(lab.pages[1])
+    kwargs = {"options": {"max_new_tokens": 9}}
+    actions = [
+        {"op": "extract", "model": MODEL, "items": {"images": [{kind: str(page)}]}, "kwargs": kwargs}
+        for kind in ("path", "pil")
+    ]
+    want = lab.reference.transcribe(lab.images[1], max_new_tokens=9)
+    for entry in run_sdk(lab.server.url, actions):
+        assert [e["text"] for e in ok(entry)["entities"]] == [want]
