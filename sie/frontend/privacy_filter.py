@@ -17,7 +17,6 @@ one forward over the whole text would.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ BIAS_KEYS = (
 CALIBRATION_FILE = "viterbi_calibration.json"
 MAX_SPAN_ENTRY_BIAS = 10.0
 DEFAULT_WINDOW_TOKENS = 4096
+MAX_BIAS = 1e300  # a calibrated bias is a few units; anything near a float's range is damage
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +254,8 @@ def _read_biases(path: Path) -> dict[str, float]:
     checked = {}
     for key in BIAS_KEYS:
         value = biases[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        # Compared, not converted: NaN compares false, and a JSON integer may not fit a float.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) < MAX_BIAS:
             raise ValueError(f"{path}: {key} must be a finite number")
         checked[key] = float(value)
     return checked

@@ -180,3 +180,14 @@ def test_a_damaged_calibration_is_an_error_naming_the_file(tmp_path: Path, biase
     write_calibration(tmp_path / "original", biases)
     with pytest.raises(ValueError, match=r"viterbi_calibration\.json"):
         calibration_biases(tmp_path, "original")
+
+
+def test_a_calibration_with_a_number_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "original"
+    folder.mkdir()
+    biases = ", ".join(f'"{key}": {"1" + "0" * 400 if i == 0 else "0.5"}' for i, key in enumerate(BIAS_KEYS))
+    (folder / "viterbi_calibration.json").write_text(
+        f'{{"operating_points": {{"default": {{"biases": {{{biases}}}}}}}}}'
+    )
+    with pytest.raises(ValueError, match="finite"):
+        calibration_biases(tmp_path, "original")

@@ -146,6 +146,7 @@ def test_span_entry_bias_shifts_the_calibrated_entry(lab: Lab, bias: float) -> N
         ({"options": {"span_entry_bias": 11}}, "span_entry_bias"),
         ({"options": {"span_entry_bias": "high"}}, "span_entry_bias"),
         ({"options": {"span_entry_bias": True}}, "span_entry_bias"),
+        ({"options": {"span_entry_bias": 10**400}}, "span_entry_bias"),
         ({"instruction": "find names"}, "instruction"),
         ({"output_schema": {"name": "str"}}, "output_schema"),
     ],

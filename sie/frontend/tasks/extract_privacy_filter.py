@@ -4,7 +4,6 @@ log-probabilities decoded into spans here (sie.frontend.privacy_filter)."""
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,9 +152,8 @@ def _decoded(
 def span_entry_bias(options: dict[str, Any]) -> float:
     """`options.span_entry_bias`: added to the calibrated background-to-span bias (-10 to 10)."""
     value = options.get("span_entry_bias", 0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput("options.span_entry_bias must be a number between -10 and 10")
-    if abs(value) > MAX_SPAN_ENTRY_BIAS:
+    # Compared, not converted: NaN compares false, and a JSON integer may be too large for a float.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= MAX_SPAN_ENTRY_BIAS:
         raise InvalidInput("options.span_entry_bias must be a number between -10 and 10")
     return float(value)
 
