@@ -2,9 +2,9 @@
 
 Each item carries one page image. Its prompt (sie.frontend.lighton_ocr) goes after a generation
 header (the item's max new tokens: `sie.lighton_ocr.HEADER`), and the batch key carries the header,
-so a device batch shares it; the page travels as its resized RGB bytes in the message's sample
-section, its width in pixels in `aux` on its image tokens. The device
-returns the generated ids, decoded here.
+so a device batch shares it. The page travels as its resized RGB bytes in the message's sample
+section, its width in pixels in `aux` on its image tokens. The device returns the generated ids,
+decoded here.
 """
 
 from __future__ import annotations
