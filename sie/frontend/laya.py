@@ -103,7 +103,7 @@ def clamp_temperature(t: Any) -> float:
         return 1.0
     try:
         value = float(t)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 1.0
     return min(TEMP_MAX, max(TEMP_MIN, value)) if math.isfinite(value) else 1.0
 

@@ -64,6 +64,8 @@ def test_the_task_follows_sies_adapter() -> None:
         (job(labels=[]), GUARD, "requires labels"),
         (job(labels=["a", " a"]), {}, "unique"),
         (job(labels=["a"], options={"threshold": -0.1}), {}, "threshold"),
+        (job(labels=["a"], options={"threshold": float("nan")}), {}, "threshold"),
+        (job(labels=["a"], options={"threshold": 10**400}), {}, "threshold"),  # too large for a float
         (job(labels=["a"], options={"classification_task": " "}), {}, "classification_task"),
         (job(labels=["a", "b"], options={"positive_label": "c"}), GUARD, "positive_label"),
         (

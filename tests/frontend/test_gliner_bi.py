@@ -157,3 +157,13 @@ def test_other_variants_are_refused(
     (variant / "gliner_config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(ValueError, match=fragment):
         GlinerBiInputs.from_dir(variant)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), float("inf"), 10**400, True, "0.5"])
+def test_a_threshold_outside_0_to_1_is_a_400(value: object) -> None:
+    from sie.errors import InvalidInput
+    from sie.frontend.tasks.extract_gliner_bi import checked_threshold
+
+    with pytest.raises(InvalidInput, match="threshold"):
+        checked_threshold(value)
+    assert checked_threshold(1) == 1.0

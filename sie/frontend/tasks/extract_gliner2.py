@@ -8,7 +8,6 @@ else for entities of `params.labels` (or the profile's `default_labels`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +138,8 @@ def structure_task(output_schema: dict[str, Any], threshold: float) -> Task:
 
 
 def checked_threshold(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # Compared, not converted: NaN compares false, and a JSON integer may not fit a float.
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput("GLiNER2 threshold must be a finite number between 0 and 1")
     if not 0.0 <= value <= 1.0:
         raise InvalidInput("GLiNER2 threshold must be a finite number between 0 and 1")

@@ -8,7 +8,6 @@ embeddings per label set, which gives the same scores as encoding them anew, so
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from sie.errors import InvalidInput
@@ -63,7 +62,8 @@ async def run_gliner_bi(state: FrontendState, target: Target, job: ExtractJob) -
 
 def checked_threshold(value: Any) -> float:
     message = "GLiNER-bi threshold must be a finite number between 0 and 1"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # Compared, not converted: NaN compares false, and a JSON integer may not fit a float.
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(message)
     if not 0.0 <= value <= 1.0:
         raise InvalidInput(message)
