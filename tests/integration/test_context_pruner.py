@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
 from tests.integration.wire import decode, post
 from tests.tiny_models.context_pruner import HEAD_FILE, HIDDEN, INTERMEDIATE, Reference, save_head
@@ -81,11 +82,8 @@ class Lab:
 
 def cached(hub: Path, hf_id: str, revision: str) -> Path:
     """An empty snapshot folder of `hf_id` at `revision` in the cache, its main branch pointing at it."""
-    repo = hub / f"models--{hf_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / revision
+    snapshot = snapshot_dir(hub, hf_id, revision)
     snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(revision)
     return snapshot
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import REPO, Server, wait_until
 from tests.integration.wire import decode, encode
 from tests.tiny_models.inference_free_splade import make_inference_free_splade, reference_encoder
@@ -48,11 +49,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     models.mkdir()
     shutil.copy(SIE_MODELS / FILE, models / FILE)
     sie = yaml.safe_load((models / FILE).read_text())
-    repo = root / "hf-home" / "hub" / f"models--{sie['hf_id'].replace('/', '--')}"
+    snapshot = snapshot_dir(root / "hf-home" / "hub", sie["hf_id"], sie["hf_revision"])
     # DistilBERT, as the real checkpoint is; its SpladePooling says log1p_relu, as doc-v3 models do.
-    weights = make_inference_free_splade(repo / "snapshots" / sie["hf_revision"], is_distilbert=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(sie["hf_revision"])
+    weights = make_inference_free_splade(snapshot, is_distilbert=True)
     server = Server("--models-dir", str(models), "--local-cache", str(root / "hf-home"), frontends=1)
     yield Lab(server.wait_ready(), weights)
     assert server.stop() == 0, server.log()

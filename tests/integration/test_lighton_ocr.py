@@ -21,6 +21,7 @@ import yaml
 from PIL import Image
 
 from sie.lighton_ocr import DEFAULT_SYSTEM_PROMPT
+from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
 from tests.integration.wire import decode, post
 from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr
@@ -88,10 +89,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     models = root / "models"
     models.mkdir()
     (models / "lightonai__LightOnOCR-2-1B.yaml").write_text(yaml.safe_dump(SIE_YAML))
-    repo = root / "hf-home" / "hub" / "models--lightonai--LightOnOCR-2-1B"
-    snapshot = make_lighton_ocr(repo / "snapshots" / REVISION, seed=1)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(REVISION)
+    snapshot = make_lighton_ocr(snapshot_dir(root / "hf-home" / "hub", MODEL, REVISION), seed=1)
     rng = np.random.default_rng(4)
     images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
     server = Server(

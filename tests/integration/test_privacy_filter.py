@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
 from tests.integration.wire import decode, post
 from tests.tiny_models.privacy_filter import (
@@ -62,11 +63,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     models = root / "models"
     models.mkdir()
     (models / "openai__privacy-filter.yaml").write_text(yaml.safe_dump(SIE_YAML))
-    repo = root / "hf-home" / "hub" / "models--openai--privacy-filter"
-    snapshot = repo / "snapshots" / SIE_YAML["hf_revision"]
+    snapshot = snapshot_dir(root / "hf-home" / "hub", MODEL, SIE_YAML["hf_revision"])
     make_privacy_filter(snapshot, seed=5)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(SIE_YAML["hf_revision"])
     ours = shutil.copytree(snapshot, root / "ours")
     windowed = model_yaml_privacy_filter(WINDOWED, ours, window_tokens=40)
     windowed["max_sequence_length"] = 600
