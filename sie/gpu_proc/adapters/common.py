@@ -18,7 +18,7 @@ from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.adapters.gte_new import NativeGte, apply_ntk, native_gte
 from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
-from sie.gpu_proc.outputs import Output
+from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
@@ -153,6 +153,19 @@ def token_rows_output(kind: ResultKind, hidden: torch.Tensor, keep: torch.Tensor
     offsets = np.zeros(len(keep) + 1, np.int64)
     np.cumsum(keep.sum(dim=1).cpu().numpy(), out=offsets[1:])
     return Output(kind, values, offsets)
+
+
+def without_padding(row: list[int], pad: int) -> list[int]:
+    """A generated row without the padding a batch adds after a shorter sequence ends."""
+    end = len(row)
+    while end and row[end - 1] == pad:
+        end -= 1
+    return row[:end]
+
+
+def generated_tokens(rows: list[list[int]]) -> Output:
+    """Generated id rows as the ragged TOKENS output the frontend decodes: one id per result row."""
+    return ragged(ResultKind.TOKENS, [np.asarray(row, np.float32).reshape(-1, 1) for row in rows])
 
 
 def takes_token_types(model: torch.nn.Module) -> bool:

@@ -20,12 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
-from sie.gpu_proc.adapters.common import HeldModel, compute_dtype, place
+from sie.gpu_proc.adapters.common import HeldModel, compute_dtype, generated_tokens, place, without_padding
 from sie.gpu_proc.adapters.florence2_layout import (
     UnsupportedLayout,
     generation_settings,
@@ -35,7 +34,7 @@ from sie.gpu_proc.adapters.florence2_layout import (
 )
 from sie.gpu_proc.adapters.st_modules import read_tensors
 from sie.gpu_proc.attention import candidates
-from sie.gpu_proc.outputs import Output, ragged
+from sie.gpu_proc.outputs import Output
 from sie.media_config import ImageSpec, image_spec
 from sie.shm.layout import ResultKind
 
@@ -106,9 +105,8 @@ class Florence2Adapter(HeldModel):
                 generated = model.generate(
                     encoder_outputs=encoded, attention_mask=joint_mask, generation_config=generation
                 )
-                rows.extend(_trim(row, self.pad_token_id) for row in generated.tolist())
-        tokens = [np.asarray(row, np.float32).reshape(-1, 1) for row in rows]
-        return {ResultKind.TOKENS: ragged(ResultKind.TOKENS, tokens)}
+                rows.extend(without_padding(row, self.pad_token_id) for row in generated.tolist())
+        return {ResultKind.TOKENS: generated_tokens(rows)}
 
     def _encoder_inputs(
         self, model: Any, pixels: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor
@@ -178,11 +176,3 @@ def _built(build: Callable[[str | None], PreTrainedModel], dtype: torch.dtype) -
         except (ValueError, ImportError):
             continue
     return build(None)
-
-
-def _trim(row: list[int], pad: int) -> list[int]:
-    """A generated row without the padding a batch adds after a shorter sequence ends."""
-    end = len(row)
-    while end and row[end - 1] == pad:
-        end -= 1
-    return row[:end]

@@ -13,12 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.common import HeldModel, load_model
-from sie.gpu_proc.outputs import Output, ragged
+from sie.gpu_proc.adapters.common import HeldModel, generated_tokens, load_model, without_padding
+from sie.gpu_proc.outputs import Output
 from sie.lighton_ocr import HEADER, PageSpec, page_spec
 from sie.shm.layout import ResultKind
 
@@ -77,9 +76,10 @@ class LightOnOcrAdapter(HeldModel):
                     num_beams=1,
                     pad_token_id=self.pad_token_id,
                 )
-            rows.extend(_trim(row, self.pad_token_id) for row in generated[:, ids.shape[1] :].tolist())
-        tokens = [np.asarray(row, np.float32).reshape(-1, 1) for row in rows]
-        return {ResultKind.TOKENS: ragged(ResultKind.TOKENS, tokens)}
+            rows.extend(
+                without_padding(row, self.pad_token_id) for row in generated[:, ids.shape[1] :].tolist()
+            )
+        return {ResultKind.TOKENS: generated_tokens(rows)}
 
     def _left_padded(self, inputs: ForwardInputs, part: range) -> tuple[torch.Tensor, torch.Tensor]:
         """The part's prompts (header dropped) flush right, as batched generation wants them."""
@@ -115,11 +115,3 @@ class LightOnOcrAdapter(HeldModel):
         for row, page in enumerate(pages):
             batch[row, :, : page.shape[1], : page.shape[2]] = page
         return batch.to(self.dtype), torch.tensor(sizes, dtype=torch.int64, device=self.device)
-
-
-def _trim(row: list[int], pad: int) -> list[int]:
-    """A generated row without the padding a batch adds after a shorter sequence ends."""
-    end = len(row)
-    while end and row[end - 1] == pad:
-        end -= 1
-    return row[:end]

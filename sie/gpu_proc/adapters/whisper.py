@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.common import HeldModel, load_model
+from sie.gpu_proc.adapters.common import HeldModel, load_model, without_padding
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -109,7 +109,7 @@ class WhisperAdapter(HeldModel):
         self, generated: Any, languages: list[int], wanted: frozenset[ResultKind]
     ) -> dict[ResultKind, Output]:
         sequences = generated["sequences"] if isinstance(generated, dict) else generated
-        rows = [_trim(row, self.pad_token_id) for row in sequences.tolist()]
+        rows = [without_padding(row, self.pad_token_id) for row in sequences.tolist()]
         tokens = [
             np.asarray([[lang], *[[t] for t in row]], np.float32).reshape(-1, 1)
             for lang, row in zip(languages, rows, strict=True)
@@ -125,11 +125,3 @@ class WhisperAdapter(HeldModel):
                 ],
             )
         return out
-
-
-def _trim(row: list[int], pad: int) -> list[int]:
-    """A generated row without the padding a batch adds after a shorter sequence ends."""
-    end = len(row)
-    while end and row[end - 1] == pad:
-        end -= 1
-    return row[:end]
