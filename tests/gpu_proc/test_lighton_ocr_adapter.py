@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from sie.frontend.lighton_ocr import LightOnOcrRecipe
-from sie.frontend.tasks.qwen3_vl import as_words
+from sie.frontend.media.submit import as_words
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.lighton_ocr import LightOnOcrAdapter

@@ -16,8 +16,8 @@ import pytest
 
 from sie import qwen3_vl as recipe
 from sie.frontend.media.images import decode_image
+from sie.frontend.media.submit import pixel_rows_batch
 from sie.frontend.qwen3_vl import Qwen3VLRecipe, Row, RowTokens
-from sie.frontend.tasks.qwen3_vl import _media_batch
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.adapters.qwen3_vl import Qwen3VLEmbeddingAdapter, Qwen3VLRerankerAdapter
@@ -99,12 +99,17 @@ def run(adapter: Adapter, rows: list[RowTokens], op: Op, kind: ResultKind) -> np
         if not at:
             continue
         part = [rows[i] for i in at]
-        request = _media_batch(part, op, kind, 0, 0) if has_images else text_request(part, op, kind)
+        request = media_request(part, op, kind) if has_images else text_request(part, op, kind)
         values = device_run(adapter, request)[kind].values
         if out.shape[1] == 0:
             out = np.zeros((len(rows), values.shape[1]), np.float32)
         out[at] = values
     return out
+
+
+def media_request(rows: list[RowTokens], op: Op, kind: ResultKind) -> TokenBatch:
+    ids, aux, pixels = [r.input_ids for r in rows], [r.aux for r in rows], [r.pixels for r in rows]
+    return pixel_rows_batch(ids, aux, pixels, op=op, kind=kind, slot=0, key=0)
 
 
 def text_request(rows: list[RowTokens], op: Op, kind: ResultKind) -> TokenBatch:

@@ -5,7 +5,8 @@ go as several ring messages of at most 1/8 of the ring each, at most half a ring
 flight per request. Each message's units are decoded and resized on a worker thread (Pillow,
 libsndfile and soxr release the GIL) just before it is sent, so decoding the next message
 overlaps the device's work on the previous one (`workers.py`), and a request never holds more decoded pixels
-than it has in flight.
+than it has in flight. Prompt rows whose images each have a size of their own (Qwen3-VL,
+LightOnOCR) carry them as bytes in the sample section (`pixel_rows_batch`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from sie.errors import InputTooLong
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
-from sie.shm.layout import TokenBatch
+from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 U = TypeVar("U")
 MESSAGE_SHARE = 8
@@ -86,3 +89,43 @@ async def submit_units(
         queue_ms=max(results.queue_ms for results, _, _ in done),
         inference_ms=sum(results.inference_ms for results, _, _ in done),
     )
+
+
+def pixel_rows_batch(
+    input_ids: Sequence[np.ndarray],
+    aux: Sequence[np.ndarray],
+    pixels: Sequence[Sequence[np.ndarray]],
+    *,
+    op: Op,
+    kind: ResultKind,
+    slot: int,
+    key: int,
+) -> TokenBatch:
+    """Prompt rows whose images have sizes of their own: each row's ids and `aux`, and its resized
+    RGB images, in prompt order, as bytes in the message's sample section (the fixed-size pixel
+    section cannot carry them)."""
+    offsets = np.zeros(len(input_ids) + 1, np.int32)
+    np.cumsum([len(ids) for ids in input_ids], out=offsets[1:])
+    words = [as_words(images) for images in pixels]
+    sample_offsets = np.zeros(len(words) + 1, np.int32)
+    np.cumsum([len(w) for w in words], out=sample_offsets[1:])
+    return TokenBatch(
+        req_id=0,
+        op=op,
+        model_slot=slot,
+        offsets=offsets,
+        input_ids=np.concatenate(input_ids),
+        output_mask=mask_of({kind}),
+        config_key=key,
+        aux=np.concatenate(aux),
+        samples=np.concatenate(words),
+        sample_offsets=sample_offsets,
+    )
+
+
+def as_words(pixels: Sequence[np.ndarray]) -> np.ndarray:
+    """A row's images as bytes in float32 words (the sample section's unit), zero-padded to 4."""
+    data = np.concatenate([np.ascontiguousarray(p, np.uint8).reshape(-1) for p in pixels])
+    padded = np.zeros(-(-len(data) // 4) * 4, np.uint8)
+    padded[: len(data)] = data
+    return padded.view(np.float32)

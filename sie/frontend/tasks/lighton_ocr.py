@@ -17,17 +17,16 @@ import numpy as np
 
 from sie import lighton_ocr as recipe
 from sie.errors import InvalidInput
-from sie.frontend.lighton_ocr import LightOnOcrRecipe, PageTokens
+from sie.frontend.lighton_ocr import LightOnOcrRecipe
 from sie.frontend.media.images import decode_image
-from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.media.submit import Prepared, pixel_rows_batch, submit_units
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, image_units
-from sie.frontend.tasks.qwen3_vl import as_words
 from sie.frontend.wire import Item
-from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+from sie.shm.layout import Op, ResultKind
 
 _TOKEN_BYTES = 8  # an id and its aux value
 
@@ -56,7 +55,16 @@ async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob)
         for unit in part:
             pixels = decode_image(unit.data, unit.format, max_pixels, unit.where).pixels
             pages.append(model.tokens(prompt, model.resized(pixels, unit.where), unit.where))
-        return Prepared(_batch(pages, header, slot, key), [page.text_tokens for page in pages])
+        batch = pixel_rows_batch(
+            [np.concatenate([header, page.input_ids]) for page in pages],
+            [np.concatenate([np.zeros(len(header), np.int32), page.aux]) for page in pages],
+            [[page.pixels] for page in pages],
+            op=Op.EXTRACT,
+            kind=ResultKind.TOKENS,
+            slot=slot,
+            key=key,
+        )
+        return Prepared(batch, [page.text_tokens for page in pages])
 
     # A page is at most longest_edge squared: its bytes and one token per merged patch bound it.
     edge = model.spec.longest_edge
@@ -97,25 +105,3 @@ def _units(items: Sequence[Item]) -> list[ImageUnit]:
         if count != 1:
             raise InvalidInput(f"Item {index} has {count} images; LightOnOCR reads one page image per item")
     return image_units(range(len(items)), [item.images or [] for item in items], 1)
-
-
-def _batch(pages: list[PageTokens], header: np.ndarray, slot: int, key: int) -> TokenBatch:
-    ids = [np.concatenate([header, page.input_ids]) for page in pages]
-    aux = [np.concatenate([np.zeros(len(header), np.int32), page.aux]) for page in pages]
-    offsets = np.zeros(len(pages) + 1, np.int32)
-    np.cumsum([len(i) for i in ids], out=offsets[1:])
-    words = [as_words([page.pixels]) for page in pages]
-    sample_offsets = np.zeros(len(pages) + 1, np.int32)
-    np.cumsum([len(w) for w in words], out=sample_offsets[1:])
-    return TokenBatch(
-        req_id=0,
-        op=Op.EXTRACT,
-        model_slot=slot,
-        offsets=offsets,
-        input_ids=np.concatenate(ids),
-        output_mask=mask_of({ResultKind.TOKENS}),
-        config_key=key,
-        aux=np.concatenate(aux),
-        samples=np.concatenate(words),
-        sample_offsets=sample_offsets,
-    )

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sie.frontend.media.submit import Prepared, submit_units
+from sie.frontend.media.submit import Prepared, pixel_rows_batch, submit_units
 from sie.frontend.pipeline import submit, tokenize
-from sie.frontend.qwen3_vl import Qwen3VLRecipe, Row, RowTokens
+from sie.frontend.qwen3_vl import Qwen3VLRecipe, Row
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tokenize import Encoded
-from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
+from sie.shm.layout import Op, ResultKind
 
 _TOKEN_BYTES = 8  # an id and its aux value
 
@@ -114,7 +114,16 @@ async def _image_rows(
         tokens = [
             recipe.tokens(row, [recipe.picture(p, max_pixels) for p in row.images], limit) for row in part
         ]
-        return Prepared(_media_batch(tokens, op, kind, slot, key), [t.text_tokens for t in tokens])
+        batch = pixel_rows_batch(
+            [t.input_ids for t in tokens],
+            [t.aux for t in tokens],
+            [t.pixels for t in tokens],
+            op=op,
+            kind=kind,
+            slot=slot,
+            key=key,
+        )
+        return Prepared(batch, [t.text_tokens for t in tokens])
 
     submitted = await submit_units(state, rows, unit_bytes, prepare)
     return Ran(
@@ -136,31 +145,3 @@ def _row_bytes(recipe: Qwen3VLRecipe, row: Row, limit: int) -> int:
     pixels = sum(recipe.resized_bytes(p) for p in row.images)
     placeholders = pixels // (3 * recipe.spec.factor**2)
     return pixels + _TOKEN_BYTES * min(limit, len(row.prompt.encode()) + placeholders)
-
-
-def _media_batch(tokens: list[RowTokens], op: Op, kind: ResultKind, slot: int, key: int) -> TokenBatch:
-    offsets = np.zeros(len(tokens) + 1, np.int32)
-    np.cumsum([len(t.input_ids) for t in tokens], out=offsets[1:])
-    words = [as_words(t.pixels) for t in tokens]
-    sample_offsets = np.zeros(len(tokens) + 1, np.int32)
-    np.cumsum([len(w) for w in words], out=sample_offsets[1:])
-    return TokenBatch(
-        req_id=0,
-        op=op,
-        model_slot=slot,
-        offsets=offsets,
-        input_ids=np.concatenate([t.input_ids for t in tokens]),
-        output_mask=mask_of({kind}),
-        config_key=key,
-        aux=np.concatenate([t.aux for t in tokens]),
-        samples=np.concatenate(words),
-        sample_offsets=sample_offsets,
-    )
-
-
-def as_words(pixels: list[np.ndarray]) -> np.ndarray:
-    """A row's images as bytes in float32 words (the sample section's unit), zero-padded to 4."""
-    data = np.concatenate([np.ascontiguousarray(p, np.uint8).reshape(-1) for p in pixels])
-    padded = np.zeros(-(-len(data) // 4) * 4, np.uint8)
-    padded[: len(data)] = data
-    return padded.view(np.float32)
