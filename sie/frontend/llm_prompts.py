@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 from sie.errors import InputTooLong, InvalidInput
 from sie.families.llm_reranker import NATIVE_TEMPLATE
 from sie.frontend.model_files import read_json_object
@@ -101,13 +99,15 @@ class LlmPrompts:
         if self.input_format == "native":
             if instruction is not None:
                 raise InvalidInput("this reranker takes its conditions in the query, not in an instruction")
-            return _flat(self._native_rows(query, documents, limit))
+            return Encoded.from_rows(self._native_rows(query, documents, limit))
         for text in (query, *documents):
             if not text.strip():
                 raise InvalidInput("LLM rerankers require non-empty query and document texts")
         if self.input_format == "qwen3":
-            return _flat(self._qwen3_rows(query, documents, instruction or self._default_instruction, limit))
-        return _flat(self._mxbai_rows(query, documents, limit))
+            return Encoded.from_rows(
+                self._qwen3_rows(query, documents, instruction or self._default_instruction, limit)
+            )
+        return Encoded.from_rows(self._mxbai_rows(query, documents, limit))
 
     def _qwen3_rows(
         self, query: str, documents: Sequence[str], instruction: str, limit: int
@@ -159,10 +159,3 @@ def model_caps(folder: Path) -> list[int]:
     if isinstance(positions, int) and positions > 0:
         caps.append(positions)
     return caps
-
-
-def _flat(rows: list[list[int]]) -> Encoded:
-    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-    np.cumsum([len(row) for row in rows], out=offsets[1:])
-    ids = np.fromiter((i for row in rows for i in row), dtype=np.int32, count=int(offsets[-1]))
-    return Encoded(offsets, ids, None, int(offsets[-1]))

@@ -63,6 +63,15 @@ class Encoded:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int] | np.ndarray]) -> Encoded:
+        """Rows of token ids in the flat layout, with no token types."""
+        offsets = np.zeros(len(rows) + 1, np.int32)
+        np.cumsum([len(row) for row in rows], out=offsets[1:])
+        pieces = [np.asarray(row, np.int32) for row in rows]
+        input_ids = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
+        return cls(offsets, input_ids, None, int(offsets[-1]))
+
 
 class TextTokenizer:
     """One model's tokenizer: truncation to `max_length` tokens (special tokens included), no padding."""

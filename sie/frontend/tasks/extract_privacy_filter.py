@@ -160,13 +160,10 @@ def span_entry_bias(options: dict[str, Any]) -> float:
 
 def _windows_batch(encodings: list[Any], plans: list[list[Window]]) -> Encoded:
     """Every text's windows as the batch's items, in order."""
-    pieces = [
-        np.asarray(encoding.ids[w.start : w.stop], dtype=np.int32)
-        for encoding, windows in zip(encodings, plans, strict=True)
-        for w in windows
-    ]
-    lengths = np.array([len(piece) for piece in pieces], dtype=np.int32)
-    offsets = np.zeros(len(pieces) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    input_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
-    return Encoded(offsets=offsets, input_ids=input_ids, token_type_ids=None, n_tokens=int(offsets[-1]))
+    return Encoded.from_rows(
+        [
+            encoding.ids[w.start : w.stop]
+            for encoding, windows in zip(encodings, plans, strict=True)
+            for w in windows
+        ]
+    )

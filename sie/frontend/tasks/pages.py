@@ -67,10 +67,7 @@ class PageRecipe(Protocol):
 def encode_prompts(tokenizer: Tokenizer, prompts: Sequence[str], *, add_special_tokens: bool) -> Encoded:
     """Queries in their model's prompt, tokenized into the flat layout (no padding)."""
     encodings = tokenizer.encode_batch_fast(list(prompts), add_special_tokens=add_special_tokens)
-    offsets = np.zeros(len(encodings) + 1, np.int32)
-    np.cumsum([len(e.ids) for e in encodings], out=offsets[1:])
-    ids = np.fromiter((i for e in encodings for i in e.ids), np.int32, count=int(offsets[-1]))
-    return Encoded(offsets, ids, None, int(offsets[-1]))
+    return Encoded.from_rows([e.ids for e in encodings])
 
 
 def split_prompt(tokenizer: Tokenizer, prompt: str, image_token: str) -> tuple[np.ndarray, np.ndarray, int]:

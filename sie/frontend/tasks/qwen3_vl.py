@@ -81,9 +81,7 @@ async def _text_rows(
     tokens, tokenization_ms = await tokenize(
         lambda: [recipe.tokens(row, [], limit) for row in rows], len(rows)
     )
-    offsets = np.zeros(len(tokens) + 1, np.int32)
-    np.cumsum([len(t.input_ids) for t in tokens], out=offsets[1:])
-    encoded = Encoded(offsets, np.concatenate([t.input_ids for t in tokens]), None, int(offsets[-1]))
+    encoded = Encoded.from_rows([t.input_ids for t in tokens])
     submitted = await submit(state, target, encoded, op=op, kinds={kind}, tokenization_ms=tokenization_ms)
     return Ran(
         submitted.results.rows[kind],
