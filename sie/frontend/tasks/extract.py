@@ -116,3 +116,11 @@ def threshold_option(
 ) -> float:
     """`options.<name>` (0 to 1), else the profile's `configured` value, else `default`."""
     return option_fraction(name, options.get(name, configured if configured is not None else default))
+
+
+def instruction_of(job: ExtractJob) -> str | None:
+    """The request's instruction, else `options.instruction` (SIE's order)."""
+    found: Any = job.instruction if job.instruction is not None else job.options.get("instruction")
+    if found is not None and not isinstance(found, str):
+        raise InvalidInput("options.instruction must be a string")
+    return found

@@ -10,7 +10,6 @@ decoded and parsed here (`sie.frontend.florence2_parse`) with the original image
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -21,7 +20,7 @@ from sie.frontend.media.submit import Prepared, submit_units
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
-from sie.frontend.tasks.extract import Extracted, ExtractJob
+from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, decode_pixels, image_units, pixel_bytes, spec_of
 from sie.frontend.wire import Item
 from sie.model_config import resolve_tokenizer_file, resolve_weights_dir
@@ -38,7 +37,7 @@ async def run_florence2(state: FrontendState, target: Target, job: ExtractJob) -
     )
     generation = generation_of(job.options, target.runtime, model.max_positions)
     units = _units(job.items)
-    instruction = _instruction(job)
+    instruction = instruction_of(job)
     asked = [item_prompt(generation.task, instruction, job.labels, item.text) for item in job.items]
     prompts = [model.prompt_ids(a.prompt, f"Item {i}") for i, a in enumerate(asked)]
     admit(state, target, len(units))
@@ -101,11 +100,3 @@ def _units(items: Sequence[Item]) -> list[ImageUnit]:
                 f"Item {index} has {len(item.images)} images; Florence-2 reads one image per item"
             )
     return image_units(range(len(items)), [item.images or [] for item in items], 1)
-
-
-def _instruction(job: ExtractJob) -> str | None:
-    """The request's instruction, else `options.instruction` (SIE's order)."""
-    found: Any = job.instruction if job.instruction is not None else job.options.get("instruction")
-    if found is not None and not isinstance(found, str):
-        raise InvalidInput("options.instruction must be a string")
-    return found

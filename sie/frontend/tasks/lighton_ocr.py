@@ -23,7 +23,7 @@ from sie.frontend.media.submit import Prepared, pixel_rows_batch, submit_units
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
-from sie.frontend.tasks.extract import Extracted, ExtractJob
+from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, image_units
 from sie.frontend.wire import Item
 from sie.shm.layout import Op, ResultKind
@@ -40,9 +40,7 @@ async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob)
     max_new_tokens = _max_new_tokens(job.options, target.runtime.max_new_tokens)
     if job.options.get("num_beams", 1) != 1:
         raise InvalidInput("options.num_beams: LightOnOCR decodes greedily here (num_beams 1)")
-    instruction = job.instruction if job.instruction is not None else job.options.get("instruction")
-    if instruction is not None and not isinstance(instruction, str):
-        raise InvalidInput("options.instruction must be a string")
+    instruction = instruction_of(job)
     units = _units(job.items)
     prompt = model.prompt(instruction, "params.instruction")
     admit(state, target, len(units))
