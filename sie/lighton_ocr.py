@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sie.media_config import channel_triple
+from sie.media_config import channel_triple, read_preprocessor_config
 
 BICUBIC = 3
 DEFAULT_SYSTEM_PROMPT = "You are an OCR engine. Return the markdown representation of the document."
@@ -79,10 +79,8 @@ def page_spec(folder: Path) -> PageSpec:
 
 
 def _processor_settings(folder: Path) -> dict[str, Any]:
-    path = folder / "preprocessor_config.json"
-    if path.is_file():
-        found = json.loads(path.read_text(encoding="utf-8"))
-        return found if isinstance(found, dict) else {}
+    if (folder / "preprocessor_config.json").is_file():
+        return read_preprocessor_config(folder)
     path = folder / "processor_config.json"
     if path.is_file():
         found = json.loads(path.read_text(encoding="utf-8")).get("image_processor")

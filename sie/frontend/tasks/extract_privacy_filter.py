@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,7 +64,7 @@ class PrivacyFilter:
         return cls(
             tokenizer=tokenizer,
             space=LabelSpace.from_id2label(id2label_of(folder)),
-            biases=calibration_biases(Path(folder), str(loadtime.get("checkpoint_subdir", "original"))),
+            biases=calibration_biases(folder, str(loadtime.get("checkpoint_subdir", "original"))),
             margin=margin,
             window=window,
             max_tokens=config.max_sequence_length or DEFAULT_MAX_TOKENS,
