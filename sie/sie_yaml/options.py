@@ -200,10 +200,9 @@ def _privacy_filter_loadtime(key: str, value: Any, loadtime: dict[str, Any]) -> 
     return True
 
 
-# SIE's SGLang server settings for its OCR models; here the model runs in the device process.
-_SGLANG_SERVER = frozenset(
-    {"mem_fraction_static", "served_model_name", "max_concurrent_requests", "meter_pages", "extra_env"}
-)
+# SIE's SGLang server settings for its OCR models (its memory and concurrency ones are among
+# _ENGINE_KNOBS); here the model runs in the device process.
+_SGLANG_SERVER = frozenset({"served_model_name", "meter_pages", "extra_env"})
 
 
 def _lighton_ocr_loadtime(
