@@ -9,6 +9,9 @@ the pixels it gets (sie.gpu_proc.adapters.clip.PixelNormalizer) before the visio
 - ColSmol (Idefics3's image processor): the longer side resized to `size.longest_edge`, then both
   sides up to multiples of the tile (`max_image_size.longest_edge`), cut into tiles row by row, and
   a global view: the whole page resized to one tile. Lanczos, as the folder says.
+- LightOnOCR (Pixtral's image processor): each page keeps its aspect, scaled down (never up) so no
+  side exceeds `size.longest_edge`, then each side rounded up to whole patches, bicubic; a prompt
+  token stands for a patch_size x spatial_merge_size square.
 """
 
 from __future__ import annotations
@@ -115,6 +118,32 @@ class TiledPages:
         return per_side * per_side + 1
 
 
+@dataclass(frozen=True, slots=True)
+class PixtralPages:
+    """Pixtral's page sizes: no side over `longest_edge`, sides in whole `resize_patch` patches."""
+
+    longest_edge: int
+    resize_patch: tuple[int, int]  # (height, width) the sides round up to
+    token_edge: int  # pixels per prompt token side: the vision patch times the spatial merge
+    pixels: ImageSpec  # the rescale and normalization (its height and width: the largest square page)
+
+    def resized(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) of the page as the processor resizes it; ValueError for a page that
+        scales to nothing."""
+        ratio = max(height / self.longest_edge, width / self.longest_edge)
+        if ratio > 1:
+            height, width = math.floor(height / ratio), math.floor(width / ratio)
+        if height < 1 or width < 1:
+            limit = self.longest_edge
+            raise ValueError(f"the page scales to {width}x{height} pixels to fit {limit}: nothing to read")
+        patch_h, patch_w = self.resize_patch
+        return -(-height // patch_h) * patch_h, -(-width // patch_w) * patch_w
+
+    def token_grid(self, height: int, width: int) -> tuple[int, int]:
+        """(rows, columns) of prompt tokens a resized page takes."""
+        return height // self.token_edge, width // self.token_edge
+
+
 def image_processor_config(folder: Path) -> dict[str, Any]:
     """preprocessor_config.json, else the image processor saved inside processor_config.json."""
     raw = read_preprocessor_config(folder)
@@ -156,6 +185,31 @@ def tiled_pages(folder: Path) -> TiledPages:
         split=bool(raw.get("do_image_splitting", True)),
         resample=resample,
         pixels=_normalization(raw, tile, resample, (HALF, HALF)),
+    )
+
+
+def pixtral_pages(folder: Path) -> PixtralPages:
+    """The folder's image processor settings, and the vision patch and spatial merge of its
+    config.json (LightOnOCR's layout: `vision_config.patch_size`, `spatial_merge_size`)."""
+    raw = image_processor_config(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    vision = config.get("vision_config") or {}
+    size = raw.get("size") or {}
+    longest = size.get("longest_edge") or size.get("height")
+    if not isinstance(longest, int) or longest <= 0:
+        raise PageConfigError(
+            f"{folder}: no size.longest_edge in its image processor settings "
+            "(preprocessor_config.json or processor_config.json)"
+        )
+    patch = raw.get("patch_size", vision.get("patch_size", 14))
+    resample = int(raw.get("resample", BICUBIC))
+    return PixtralPages(
+        longest_edge=longest,
+        resize_patch=(patch["height"], patch["width"])
+        if isinstance(patch, dict)
+        else (int(patch), int(patch)),
+        token_edge=int(vision.get("patch_size", 14)) * int(config.get("spatial_merge_size", 2)),
+        pixels=_normalization(raw, longest, resample, (CLIP_MEAN, CLIP_STD)),
     )
 
 

@@ -1,5 +1,5 @@
 """LightOnOCR prompts as device items (no torch): the folder's chat template rendered, the page
-resized, the image token expanded to one per merged patch (sie.lighton_ocr).
+resized (sie.page_config.PixtralPages), the image token expanded to one per merged patch.
 
 The conversation is SIE's: the system prompt, then a user turn holding the page and, when the
 request gives one, the instruction. It is rendered with transformers' own chat-template renderer
@@ -24,6 +24,7 @@ from sie.frontend.media.images import resize_pixels
 from sie.frontend.model_files import read_json_object, token_content
 from sie.frontend.qwen3_vl import check_text
 from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
+from sie.page_config import PixtralPages, pixtral_pages
 from sie.tokenizer_files import chat_template
 
 _SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -46,7 +47,8 @@ class LightOnOcrRecipe:
         self,
         tokenizer: Tokenizer,
         template: str,
-        spec: recipe.PageSpec,
+        pages: PixtralPages,
+        image_token_id: int,
         specials: dict[str, str],
         system: str,
         *,
@@ -60,7 +62,8 @@ class LightOnOcrRecipe:
         self._tokenizer = tokenizer
         self._template = template
         self._specials = specials
-        self.spec = spec
+        self.pages = pages
+        self.image_token_id = image_token_id
         self.system = system
         self.clean_up = clean_up
         added = tokenizer.get_added_tokens_decoder().values()
@@ -80,7 +83,15 @@ class LightOnOcrRecipe:
         tokenizer = Tokenizer.from_file(str(resolve_tokenizer_file(config)))
         present = {role: token for role, token in specials.items() if token is not None}
         clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
-        return cls(tokenizer, template, recipe.page_spec(folder), present, str(system), clean_up=clean_up)
+        return cls(
+            tokenizer,
+            template,
+            pixtral_pages(folder),
+            recipe.image_token_id(folder),
+            present,
+            str(system),
+            clean_up=clean_up,
+        )
 
     def conversation(self, instruction: str | None) -> list[dict[str, Any]]:
         content: list[dict[str, str]] = [{"type": "image"}]
@@ -100,27 +111,27 @@ class LightOnOcrRecipe:
         return str(rendered[0])
 
     def resized(self, pixels: np.ndarray, where: str) -> np.ndarray:
-        """Pillow's bicubic resize to the processor's size for this page."""
+        """Pillow's resize (the processor's filter, bicubic) to the processor's size for this page."""
         height, width = pixels.shape[:2]
         try:
-            new_h, new_w = self.spec.resized(height, width)
+            new_h, new_w = self.pages.resized(height, width)
         except ValueError as exc:
             raise InvalidInput(f"{where}: {exc}") from None
-        if min(self.spec.token_grid(new_h, new_w)) < 1:
+        if min(self.pages.token_grid(new_h, new_w)) < 1:
             raise InvalidInput(
                 f"{where}: a {width}x{height} page, resized to {new_w}x{new_h}, is under one image token "
-                f"({self.spec.token_edge} pixels) on a side"
+                f"({self.pages.token_edge} pixels) on a side"
             )
         if (new_h, new_w) == (height, width):
             return pixels
-        return resize_pixels(pixels, new_w, new_h, recipe.BICUBIC)
+        return resize_pixels(pixels, new_w, new_h, self.pages.pixels.resample)
 
     def tokens(self, prompt: str, pixels: np.ndarray, where: str) -> PageTokens:
         ids = np.asarray(self._tokenizer.encode(prompt, add_special_tokens=False).ids, np.int32)
-        slots = np.flatnonzero(ids == self.spec.image_token_id)
+        slots = np.flatnonzero(ids == self.image_token_id)
         if len(slots) != 1:
             raise InvalidInput(f"{where}: the chat template wrote {len(slots)} image tokens for one page")
-        rows, columns = self.spec.token_grid(pixels.shape[0], pixels.shape[1])
+        rows, columns = self.pages.token_grid(pixels.shape[0], pixels.shape[1])
         repeats = np.ones(len(ids), np.int64)
         repeats[slots[0]] = rows * columns
         widths = np.zeros(len(ids), np.int32)

@@ -16,8 +16,9 @@ from sie.frontend.media.submit import as_words
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.lighton_ocr import LightOnOcrAdapter
-from sie.lighton_ocr import HEADER, page_spec
+from sie.lighton_ocr import HEADER
 from sie.model_config import parse_model_config
+from sie.page_config import pixtral_pages
 from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr, model_yaml_lighton_ocr
 
 SYSTEM = "You are an OCR engine. Return the markdown representation of the document."
@@ -91,7 +92,7 @@ def test_pages_match_the_processors_pixel_values_and_sizes(folder: Path, pages: 
 
 
 def test_page_sizes_follow_pixtrals_rule(folder: Path) -> None:
-    spec = page_spec(folder)
+    spec = pixtral_pages(folder)
     assert spec.resized(70, 100) == (70, 112)  # no side over 112; each rounded up to 14
     assert spec.resized(160, 300) == (70, 112)  # 300 -> 112, 160 -> floor(59.7) = 59 -> 70
     assert spec.resized(200, 40) == (112, 28)  # 40 / (200 / 112) = 22.4 -> 22 -> 28
@@ -124,7 +125,7 @@ def test_a_preprocessor_config_json_is_read_as_well(folder: Path, tmp_path: Path
     settings = json.loads((copy / "processor_config.json").read_text())["image_processor"]
     (copy / "processor_config.json").unlink()
     (copy / "preprocessor_config.json").write_text(json.dumps({**settings, "size": {"longest_edge": 56}}))
-    assert page_spec(copy).resized(70, 100) == (42, 56)
+    assert pixtral_pages(copy).resized(70, 100) == (42, 56)
     (copy / "preprocessor_config.json").unlink()
     with pytest.raises(ValueError, match="processor_config"):
-        page_spec(copy)
+        pixtral_pages(copy)

@@ -65,8 +65,8 @@ async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob)
         return Prepared(batch, [page.text_tokens for page in pages])
 
     # A page is at most longest_edge squared: its bytes and one token per merged patch bound it.
-    edge = model.spec.longest_edge
-    page_tokens = len(prompt.encode()) + (edge // model.spec.token_edge) ** 2
+    edge = model.pages.longest_edge
+    page_tokens = len(prompt.encode()) + (edge // model.pages.token_edge) ** 2
     page_bytes = edge * edge * 3 + _TOKEN_BYTES * page_tokens
     submitted = await submit_units(state, units, page_bytes, prepare)
     texts = [

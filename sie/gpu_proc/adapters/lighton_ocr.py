@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.clip import PixelNormalizer
 from sie.gpu_proc.adapters.common import HeldModel, generated_tokens, load_model, without_padding
 from sie.gpu_proc.outputs import Output
-from sie.lighton_ocr import HEADER, PageSpec, page_spec
+from sie.lighton_ocr import HEADER, image_token_id
+from sie.page_config import PixtralPages, pixtral_pages
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
@@ -32,16 +34,16 @@ MAX_PAGES_PER_GENERATE = 4  # a large batch is generated in parts, so caches sta
 class LightOnOcrAdapter(HeldModel):
     kinds = frozenset({ResultKind.TOKENS})
 
-    def __init__(self, model: PreTrainedModel, spec: PageSpec, *, name: str) -> None:
+    def __init__(self, model: PreTrainedModel, pages: PixtralPages, image_token: int, *, name: str) -> None:
         super().__init__(model, name=name)
         text = model.config.get_text_config()
         pad = getattr(text, "pad_token_id", None)
         eos = model.generation_config.eos_token_id
         eos = eos[0] if isinstance(eos, list) else eos
         self.pad_token_id = int(pad if pad is not None else (eos if eos is not None else 0))
-        self._spec = spec
-        self._mean = torch.tensor(spec.mean, dtype=torch.float32, device=self.device).view(3, 1, 1)
-        self._std = torch.tensor(spec.std, dtype=torch.float32, device=self.device).view(3, 1, 1)
+        self._token_edge = pages.token_edge
+        self._image_token = image_token
+        self._normalizer = PixelNormalizer(pages.pixels, self.device)
 
     @classmethod
     def load(
@@ -50,7 +52,7 @@ class LightOnOcrAdapter(HeldModel):
         from transformers import LightOnOcrForConditionalGeneration  # deferred: slow to import
 
         model = load_model(LightOnOcrForConditionalGeneration, config, weights_dir, device, profile)
-        return cls(model, page_spec(weights_dir), name=config.sie_id)
+        return cls(model, pixtral_pages(weights_dir), image_token_id(weights_dir), name=config.sie_id)
 
     def lora_target(self) -> torch.nn.Module | None:
         return None  # the family takes no LoRA adapters
@@ -95,10 +97,10 @@ class LightOnOcrAdapter(HeldModel):
     def _pages(self, inputs: ForwardInputs, part: range) -> tuple[torch.Tensor, torch.Tensor]:
         """The part's pages normalized, zero-padded to the largest, and their (height, width)."""
         assert inputs.samples is not None and inputs.aux is not None
-        edge, pages, sizes = self._spec.token_edge, [], []
+        edge, pages, sizes = self._token_edge, [], []
         for i in part:
             length = inputs.lengths[i]
-            is_image = inputs.input_ids[i, :length] == self._spec.image_token_id
+            is_image = inputs.input_ids[i, :length] == self._image_token
             tokens = int(is_image.sum())
             width = int(inputs.aux[i, :length][is_image][0]) if tokens else 0
             data = inputs.samples[i].contiguous().view(torch.uint8)
@@ -107,8 +109,7 @@ class LightOnOcrAdapter(HeldModel):
             if not tokens or not fits:
                 raise ValueError(f"{len(data)} page bytes, {width} wide, do not fit {tokens} image tokens")
             pixels = data[: height * width * 3].to(self.device).view(height, width, 3)
-            values = pixels.permute(2, 0, 1).to(torch.float32).mul_(self._spec.rescale_factor)
-            pages.append(values.sub_(self._mean).div_(self._std))
+            pages.append(self._normalizer(pixels.unsqueeze(0), torch.float32)[0])
             sizes.append((height, width))
         tallest, widest = max(h for h, _ in sizes), max(w for _, w in sizes)
         batch = torch.zeros((len(pages), 3, tallest, widest), dtype=torch.float32, device=self.device)
