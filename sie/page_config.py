@@ -1,4 +1,5 @@
-"""How ColQwen2.5 and ColSmol pages are sized, read from the model folder (no torch, no Pillow).
+"""How ColQwen2.5, ColSmol and the OCR models' pages are sized, read from the model folder (no
+torch, no Pillow).
 
 Both sides read it: the frontend resizes (and, for ColSmol, tiles) each page, the device normalizes
 the pixels it gets (sie.gpu_proc.adapters.clip.PixelNormalizer) before the vision tower.
@@ -12,6 +13,9 @@ the pixels it gets (sie.gpu_proc.adapters.clip.PixelNormalizer) before the visio
 - LightOnOCR (Pixtral's image processor): each page keeps its aspect, scaled down (never up) so no
   side exceeds `size.longest_edge`, then each side rounded up to whole patches, bicubic; a prompt
   token stands for a patch_size x spatial_merge_size square.
+- GLM-OCR (Glm46VImageProcessor): Qwen2-VL's rule with the folder's own bounds (`size.shortest_edge`
+  and `size.longest_edge` are pixel counts, which count a still page once per temporal patch), a
+  side under one token scaled up first, bicubic.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sie.media_config import (
     BICUBIC,
@@ -31,11 +35,12 @@ from sie.media_config import (
     channel_triple,
     read_preprocessor_config,
 )
-from sie.qwen_images import smart_resize
+from sie.qwen_images import MAX_ASPECT_RATIO, glm_smart_resize, smart_resize
 
 # SIE's ColQwen2.5 adapter loads its processor with these bounds (in pixels: visual tokens x 28 x 28).
 QWEN_MIN_PIXELS = 256 * 28 * 28
 QWEN_MAX_PIXELS = 768 * 28 * 28
+GLM_DEFAULT_SIZE = {"shortest_edge": 112 * 112, "longest_edge": 28 * 28 * 15000}  # the processor's
 IDEFICS3_MAX_SIDE = 4096  # Idefics3's bound on a resized side
 LANCZOS = 1
 Triple = tuple[float, float, float]
@@ -43,6 +48,23 @@ Triple = tuple[float, float, float]
 
 class PageConfigError(ValueError):
     """A processor config this server cannot follow."""
+
+
+class PageLayout(Protocol):
+    """How a page generating OCR model sizes a page (PixtralPages, GlmPages)."""
+
+    @property
+    def pixels(self) -> ImageSpec: ...  # the rescale and normalization, and the resize filter
+
+    @property
+    def largest_area(self) -> int: ...  # pixels of the largest resized page
+
+    @property
+    def most_image_tokens(self) -> int: ...  # prompt tokens of the largest resized page
+
+    def resized(self, height: int, width: int) -> tuple[int, int]: ...
+
+    def image_tokens(self, height: int, width: int) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +165,62 @@ class PixtralPages:
         """(rows, columns) of prompt tokens a resized page takes."""
         return height // self.token_edge, width // self.token_edge
 
+    def image_tokens(self, height: int, width: int) -> int:
+        rows, columns = self.token_grid(height, width)
+        return rows * columns
+
+    @property
+    def largest_area(self) -> int:
+        """Pixels of the largest resized page."""
+        height, width = self._largest_sides
+        return height * width
+
+    @property
+    def most_image_tokens(self) -> int:
+        return self.image_tokens(*self._largest_sides)
+
+    @property
+    def _largest_sides(self) -> tuple[int, int]:
+        patch_h, patch_w = self.resize_patch
+        return -(-self.longest_edge // patch_h) * patch_h, -(-self.longest_edge // patch_w) * patch_w
+
+
+@dataclass(frozen=True, slots=True)
+class GlmPages:
+    """Glm46VImageProcessor's page sizes: Qwen2-VL's grid, the folder's pixel bounds."""
+
+    patch_size: int
+    merge_size: int
+    frames: int  # the vision tower's temporal patch: the budget counts a still page this often
+    min_pixels: int
+    max_pixels: int
+    pixels: ImageSpec  # the rescale and normalization (its height and width: the largest square page)
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+    def resized(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) of the page as the processor resizes it; ValueError for a too-long page."""
+        return glm_smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels, self.frames)
+
+    def image_tokens(self, height: int, width: int) -> int:
+        return (height // self.patch_size) * (width // self.patch_size) // self.merge_size**2
+
+    @property
+    def largest_area(self) -> int:
+        """A bound on a resized page's pixels: the budget; a 200:1 page held at one token across;
+        a small page scaled up to the least budget, each side then rounded up."""
+        f, aspect = self.factor, MAX_ASPECT_RATIO
+        budget, least = self.max_pixels // self.frames, self.min_pixels // self.frames
+        narrow = f * (math.isqrt(aspect * budget) + f)
+        small = least + f * 2 * math.isqrt(aspect * least + 1) + f * f
+        return max(budget, narrow, small)
+
+    @property
+    def most_image_tokens(self) -> int:
+        return self.largest_area // self.factor**2
+
 
 def image_processor_config(folder: Path) -> dict[str, Any]:
     """preprocessor_config.json, else the image processor saved inside processor_config.json."""
@@ -210,6 +288,31 @@ def pixtral_pages(folder: Path) -> PixtralPages:
         else (int(patch), int(patch)),
         token_edge=int(vision.get("patch_size", 14)) * int(config.get("spatial_merge_size", 2)),
         pixels=_normalization(raw, longest, resample, (CLIP_MEAN, CLIP_STD)),
+    )
+
+
+def glm_pages(folder: Path) -> GlmPages:
+    raw = image_processor_config(folder)
+    if not raw.get("do_resize", True):
+        raise PageConfigError(f"{folder}: GLM pages need do_resize (sides fitting the patch grid)")
+    size = raw.get("size") or GLM_DEFAULT_SIZE
+    min_pixels, max_pixels = size.get("shortest_edge"), size.get("longest_edge")
+    if not all(isinstance(v, int) and v > 0 for v in (min_pixels, max_pixels)) or min_pixels > max_pixels:
+        raise PageConfigError(
+            f"{folder}: size.shortest_edge and size.longest_edge must be pixel counts, least first "
+            f"(got {size!r})"
+        )
+    patch_size, merge_size = int(raw.get("patch_size", 14)), int(raw.get("merge_size", 2))
+    frames = int(raw.get("temporal_patch_size", 2))
+    factor = patch_size * merge_size
+    side = max(factor, math.isqrt(max_pixels // frames) // factor * factor)
+    return GlmPages(
+        patch_size=patch_size,
+        merge_size=merge_size,
+        frames=frames,
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
+        pixels=_normalization(raw, side, int(raw.get("resample", BICUBIC)), (CLIP_MEAN, CLIP_STD)),
     )
 
 

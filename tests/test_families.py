@@ -31,6 +31,7 @@ from tests.tiny_models.gliner2 import model_yaml_gliner2
 from tests.tiny_models.gliner_bi import model_yaml_gliner_bi
 from tests.tiny_models.gliner_union import model_yaml_gliner_union
 from tests.tiny_models.glirel import model_yaml_glirel
+from tests.tiny_models.glm_ocr import model_yaml_glm_ocr
 from tests.tiny_models.grounding_dino import model_yaml_grounding_dino
 from tests.tiny_models.hybrid import model_yaml_hybrid
 from tests.tiny_models.laya import model_yaml_laya
@@ -78,6 +79,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_parakeet("tiny/parakeet", NOWHERE),
     model_yaml_florence2("tiny/florence2", NOWHERE),
     model_yaml_lighton_ocr("tiny/lighton-ocr", NOWHERE),
+    model_yaml_glm_ocr("tiny/glm-ocr", NOWHERE),
     model_yaml_qwen3_vl_embedding("tiny/qwen3-vl-embedding", NOWHERE),
     model_yaml_qwen3_vl_reranker("tiny/qwen3-vl-reranker", NOWHERE),
     model_yaml_donut("tiny/donut", NOWHERE),

@@ -559,6 +559,33 @@ def test_openais_privacy_filter_is_a_privacy_filter_with_its_decoding_options() 
             translate(bad, "test.yaml")
 
 
+def test_glm_ocr_reads_its_default_prompt_from_both_of_sies_profiles() -> None:
+    sglang = "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter"
+    loadtime = {
+        "mem_fraction_static": 0.85,
+        "served_model_name": "zai-org/GLM-OCR",
+        "default_prompt": "Read:",
+    }
+    profiles = {
+        "default": {"adapter_path": sglang, "adapter_options": {"loadtime": loadtime, "runtime": {}}},
+        "transformers": {
+            "adapter_path": "sie_server.adapters.glm_ocr:GlmOcrAdapter",
+            "adapter_options": {"loadtime": {}, "runtime": {"max_new_tokens": 8192, "num_beams": 1}},
+        },
+    }
+    raw = _sie(profiles, tasks={"encode": None, "score": None, "extract": {}})
+    raw.update(sie_id="zai-org/GLM-OCR", hf_id="zai-org/GLM-OCR")
+    config = _config(raw)
+    assert config.family == "glm_ocr"
+    assert config.profile().adapter_options.loadtime == {"default_prompt": "Read:"}
+    assert config.profile("transformers").adapter_options.runtime.max_new_tokens == 8192
+    assert any("served_model_name is SIE's SGLang server setting" in note for note in config.notes)
+    bad = copy.deepcopy(raw)
+    bad["profiles"]["default"]["adapter_options"]["loadtime"]["default_prompt"] = ["Read:"]
+    with pytest.raises(ModelConfigError, match="default_prompt"):
+        translate(bad, "test.yaml")
+
+
 def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     sglang = "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter"
     native = "sie_server.adapters.lighton_ocr.adapter:LightOnOCRAdapter"
@@ -579,9 +606,12 @@ def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     assert config.profile("transformers").adapter_options.runtime.num_beams == 1
     assert any("mem_fraction_static is SIE engine tuning" in note for note in config.notes)
     assert any("meter_pages is SIE's SGLang server setting" in note for note in config.notes)
+    glm = copy.deepcopy(raw)
+    glm.update(sie_id="zai-org/GLM-OCR", hf_id="zai-org/GLM-OCR")
+    assert _config(glm).family == "glm_ocr"
     other = copy.deepcopy(raw)
-    other.update(sie_id="zai-org/GLM-OCR", hf_id="zai-org/GLM-OCR")
-    with pytest.raises(ModelConfigError, match="LightOnOCR-2 is"):
+    other.update(sie_id="PaddlePaddle/PaddleOCR-VL-1.5", hf_id="PaddlePaddle/PaddleOCR-VL-1.5")
+    with pytest.raises(ModelConfigError, match="LightOnOCR-2 and GLM-OCR are"):
         translate(other, "test.yaml")
     beams = copy.deepcopy(raw)
     beams["profiles"]["default"]["adapter_options"]["runtime"]["num_beams"] = 4

@@ -42,6 +42,7 @@ _SPEC_MODULES = (
     "parakeet",
     "florence2",
     "lighton_ocr",
+    "glm_ocr",
     "qwen3_vl_embedding",
     "qwen3_vl_reranker",
     "donut",

@@ -6,6 +6,6 @@ FAMILY = Family(
     name="lighton_ocr",
     adapter="sie.gpu_proc.adapters.lighton_ocr:LightOnOcrAdapter",
     inputs=("image",),
-    media_kind="own",  # each page resized at its own aspect (sie.lighton_ocr)
-    extract_runner="sie.frontend.tasks.lighton_ocr:run_lighton_ocr",
+    media_kind="own",  # each page resized at its own aspect (sie.page_config.PixtralPages)
+    extract_runner="sie.frontend.tasks.page_ocr:run_lighton_ocr",
 )

@@ -117,14 +117,16 @@ ADAPTERS: dict[str, AdapterRule] = {
     "SGLangGenerationAdapter": refused(NO_GENERATION),
     "SGLangGemmaAdapter": refused(NO_GENERATION),
     "SGLangCuda13Adapter": refused(NO_GENERATION),
-    # SIE runs LightOnOCR-2 on SGLang by default and on transformers in its `transformers` profile,
-    # to the same contract; here both profiles run on transformers.
+    # SIE runs LightOnOCR-2 and GLM-OCR on SGLang by default and on transformers in their
+    # `transformers` profiles, to the same contract; here both profiles run on transformers.
     "SGLangVisionExtractAdapter": AdapterRule(
         None,
-        "OCR by this vision-language model is not served here (of SIE's SGLang OCR models, LightOnOCR-2 is)",
-        by_id={"lightonai/LightOnOCR-2-1B": "lighton_ocr"},
+        "OCR by this vision-language model is not served here "
+        "(of SIE's SGLang OCR models, LightOnOCR-2 and GLM-OCR are)",
+        by_id={"lightonai/LightOnOCR-2-1B": "lighton_ocr", "zai-org/GLM-OCR": "glm_ocr"},
     ),
     "LightOnOCRAdapter": _family("lighton_ocr"),
+    "GlmOcrAdapter": _family("glm_ocr"),
     "LightOnOCR3Adapter": refused(
         "LightOnOCR-3 (Qwen3.5, transcribing by sampling at temperature 0.1) is not served here"
     ),

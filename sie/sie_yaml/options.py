@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sie.gliner_union import UNION_OPTIONS, parse_members, union_options
+from sie.page_ocr import FAMILIES as _PAGE_OCR
 from sie.sie_yaml.adapters import NV_EMBED
 
 _TEXT_ENCODERS = frozenset({"dense", "hybrid", "splade", "colbert"})
@@ -160,8 +161,8 @@ def _family_loadtime(
         return _context_pruner_loadtime(key, value, loadtime, notes, profile)
     if family == "privacy_filter":
         return _privacy_filter_loadtime(key, value, loadtime)
-    if family == "lighton_ocr":
-        return _lighton_ocr_loadtime(key, value, loadtime, notes, profile)
+    if family in PAGE_OCR_FAMILIES:
+        return _page_ocr_loadtime(key, value, loadtime, notes, profile)
     return False
 
 
@@ -203,15 +204,17 @@ def _privacy_filter_loadtime(key: str, value: Any, loadtime: dict[str, Any]) -> 
 # SIE's SGLang server settings for its OCR models (its memory and concurrency ones are among
 # _ENGINE_KNOBS); here the model runs in the device process.
 _SGLANG_SERVER = frozenset({"served_model_name", "meter_pages", "extra_env"})
+PAGE_OCR_FAMILIES = frozenset(_PAGE_OCR)
 
 
-def _lighton_ocr_loadtime(
+def _page_ocr_loadtime(
     key: str, value: Any, loadtime: dict[str, Any], notes: list[str], profile: str
 ) -> bool:
-    """The system prompt (the conversation's first turn), and SIE's SGLang settings, noted."""
-    if key == "system_prompt":
+    """The system prompt (the conversation's first turn), the text after the page when a request
+    gives no instruction, and SIE's SGLang settings, noted."""
+    if key in ("system_prompt", "default_prompt"):
         if not isinstance(value, str):
-            raise Refused(f"loadtime.system_prompt {value!r} is not a string")
+            raise Refused(f"loadtime.{key} {value!r} is not a string")
         loadtime[key] = value
     elif key in _SGLANG_SERVER:
         notes.append(f"profile '{profile}': loadtime.{key} is SIE's SGLang server setting, no effect here")
@@ -360,9 +363,9 @@ def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, An
             runtime[key] = value  # how the members' spans are composed, checked below
         elif key in ("task", "max_new_tokens", "num_beams") and family == "florence2":
             runtime[key] = value  # the task token and generation settings, checked per request
-        elif key == "num_beams" and family == "lighton_ocr" and value != 1:
-            raise Refused(f"runtime.num_beams {value!r}: LightOnOCR decodes greedily here (num_beams 1)")
-        elif key in ("max_new_tokens", "num_beams") and family == "lighton_ocr":
+        elif key == "num_beams" and family in PAGE_OCR_FAMILIES and value != 1:
+            raise Refused(f"runtime.num_beams {value!r}: page OCR decodes greedily here (num_beams 1)")
+        elif key in ("max_new_tokens", "num_beams") and family in PAGE_OCR_FAMILIES:
             runtime[key] = value  # the most tokens a page may take; a request may ask for fewer
         elif key == "lora_id":
             raise Refused(

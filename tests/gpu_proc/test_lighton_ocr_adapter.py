@@ -11,14 +11,14 @@ import pytest
 import torch
 from PIL import Image
 
-from sie.frontend.lighton_ocr import LightOnOcrRecipe
 from sie.frontend.media.submit import as_words
+from sie.frontend.page_ocr import PageOcrRecipe
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.lighton_ocr import LightOnOcrAdapter
-from sie.lighton_ocr import HEADER
 from sie.model_config import parse_model_config
 from sie.page_config import pixtral_pages
+from sie.page_ocr import HEADER, LIGHTON_OCR
 from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr, model_yaml_lighton_ocr
 
 SYSTEM = "You are an OCR engine. Return the markdown representation of the document."
@@ -36,14 +36,12 @@ def pages() -> list[Image.Image]:
     return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
 
 
-def recipe_of(folder: Path) -> LightOnOcrRecipe:
+def recipe_of(folder: Path) -> PageOcrRecipe:
     config = parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder))
-    return LightOnOcrRecipe.for_model(config)
+    return PageOcrRecipe.for_model(config, LIGHTON_OCR)
 
 
-def forward_inputs(
-    recipe: LightOnOcrRecipe, pages: list[Image.Image], instruction: str | None
-) -> ForwardInputs:
+def forward_inputs(recipe: PageOcrRecipe, pages: list[Image.Image], instruction: str | None) -> ForwardInputs:
     """The items as the runner hands them over: header and prompt, right-padded, bytes as samples."""
     prompt = recipe.prompt(instruction, "test")
     tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
@@ -85,7 +83,7 @@ def test_pages_match_the_processors_pixel_values_and_sizes(folder: Path, pages: 
     adapter = load_adapter(parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder)), folder, "cpu")
     assert isinstance(adapter, LightOnOcrAdapter)
     inputs = forward_inputs(recipe, pages, None)
-    got, sizes = adapter._pages(inputs, range(len(pages)))
+    got, sizes = adapter.pages(inputs, range(len(pages)))
     want = reference.processor.image_processor(pages, return_tensors="pt")
     assert sizes.tolist() == want["image_sizes"].tolist()
     np.testing.assert_allclose(got.numpy(), want["pixel_values"].numpy(), atol=1e-5)
@@ -114,7 +112,7 @@ def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -
         samples=[inputs.samples[0][:-8]] if inputs.samples else None,
     )
     with pytest.raises(ValueError, match="image tokens"):
-        adapter._pages(short, range(1))
+        adapter.pages(short, range(1))
 
 
 def test_a_preprocessor_config_json_is_read_as_well(folder: Path, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from sie.lighton_ocr import DEFAULT_SYSTEM_PROMPT
+from sie.page_ocr import LIGHTON_OCR
 from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
 from tests.integration.wire import decode, post
@@ -186,7 +186,7 @@ def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
     config = translate(SIE_YAML, "lightonai__LightOnOCR-2-1B.yaml")
     assert config["profiles"]["default"]["adapter"] == "lighton_ocr"
     assert config["profiles"]["default"]["adapter_options"]["loadtime"] == {"system_prompt": SYSTEM}
-    assert DEFAULT_SYSTEM_PROMPT == SYSTEM
+    assert LIGHTON_OCR.system_prompt == SYSTEM
 
 
 def test_the_sdk_transcribes_a_page_given_as_a_path_and_as_pil(lab: Lab, tmp_path: Path) -> None:

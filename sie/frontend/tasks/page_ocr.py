@@ -1,7 +1,8 @@
-"""The extract task for LightOnOCR: each item's page transcribed to Markdown, one entity per item.
+"""The extract task for the page OCR models (LightOnOCR-2, GLM-OCR): each item's page transcribed
+to Markdown, one entity per item.
 
-Each item carries one page image. Its prompt (sie.frontend.lighton_ocr) goes after a generation
-header (the item's max new tokens: `sie.lighton_ocr.HEADER`), and the batch key carries the header,
+Each item carries one page image. Its prompt (sie.frontend.page_ocr) goes after a generation
+header (the item's max new tokens: `sie.page_ocr.HEADER`), and the batch key carries the header,
 so a device batch shares it. The page travels as its resized RGB bytes in the message's sample
 section, its width in pixels in `aux` on its image tokens. The device returns the generated ids,
 decoded here.
@@ -15,33 +16,45 @@ from typing import Any
 
 import numpy as np
 
-from sie import lighton_ocr as recipe
 from sie.errors import InvalidInput
-from sie.frontend.lighton_ocr import LightOnOcrRecipe
 from sie.frontend.media.images import decode_image
 from sie.frontend.media.submit import Prepared, pixel_rows_batch, submit_units
+from sie.frontend.page_ocr import PageOcrRecipe
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, image_units
 from sie.frontend.wire import Item
+from sie.page_ocr import GLM_OCR, LIGHTON_OCR, OcrFamily
 from sie.shm.layout import Op, ResultKind
 
 _TOKEN_BYTES = 8  # an id and its aux value
 
 
 async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    return await _run(state, target, job, LIGHTON_OCR)
+
+
+async def run_glm_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    return await _run(state, target, job, GLM_OCR)
+
+
+async def _run(state: FrontendState, target: Target, job: ExtractJob, family: OcrFamily) -> Extracted:
     config = target.config
     # Built once, off the event loop: it reads the tokenizer and imports transformers' renderer.
+    profile = target.profile_name  # profiles may differ in their prompts
     model = await asyncio.to_thread(
-        state.tokenizers.derived, config, "lighton_ocr", lambda _: LightOnOcrRecipe.for_model(config)
+        state.tokenizers.derived,
+        config,
+        f"page_ocr:{profile}",
+        lambda _: PageOcrRecipe.for_model(config, family, profile),
     )
-    max_new_tokens = _max_new_tokens(job.options, target.runtime.max_new_tokens)
+    max_new_tokens = _max_new_tokens(job.options, target.runtime.max_new_tokens or family.max_new_tokens)
     if job.options.get("num_beams", 1) != 1:
-        raise InvalidInput("options.num_beams: LightOnOCR decodes greedily here (num_beams 1)")
+        raise InvalidInput(f"options.num_beams: {family.name} decodes greedily here (num_beams 1)")
     instruction = instruction_of(job)
-    units = _units(job.items)
+    units = _units(job.items, family)
     prompt = model.prompt(instruction, "params.instruction")
     admit(state, target, len(units))
     slot, key = target.slot, config_key(target.profile_name, f"max_new_tokens={max_new_tokens}")
@@ -64,10 +77,9 @@ async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob)
         )
         return Prepared(batch, [page.text_tokens for page in pages])
 
-    # A page is at most longest_edge squared: its bytes and one token per merged patch bound it.
-    edge = model.pages.longest_edge
-    page_tokens = len(prompt.encode()) + (edge // model.pages.token_edge) ** 2
-    page_bytes = edge * edge * 3 + _TOKEN_BYTES * page_tokens
+    # The largest page's bytes and image tokens bound an item.
+    pages = model.pages
+    page_bytes = pages.largest_area * 3 + _TOKEN_BYTES * (len(prompt.encode()) + pages.most_image_tokens)
     submitted = await submit_units(state, units, page_bytes, prepare)
     texts = [
         model.text(row[:, 0].astype(np.int64).tolist())
@@ -89,17 +101,18 @@ def _markdown(text: str) -> dict[str, Any]:
     return {"text": text.strip(), "label": "markdown", "score": 1.0, "start": None, "end": None, "bbox": None}
 
 
-def _max_new_tokens(options: dict[str, Any], configured: int | None) -> int:
-    ceiling = configured or recipe.DEFAULT_MAX_NEW_TOKENS
+def _max_new_tokens(options: dict[str, Any], ceiling: int) -> int:
     value = options.get("max_new_tokens", ceiling)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ceiling:
         raise InvalidInput(f"options.max_new_tokens must be an integer from 1 to {ceiling}")
     return value
 
 
-def _units(items: Sequence[Item]) -> list[ImageUnit]:
+def _units(items: Sequence[Item], family: OcrFamily) -> list[ImageUnit]:
     for index, item in enumerate(items):
         count = len(item.images or [])
         if count != 1:
-            raise InvalidInput(f"Item {index} has {count} images; LightOnOCR reads one page image per item")
+            raise InvalidInput(
+                f"Item {index} has {count} images; {family.name} reads one page image per item"
+            )
     return image_units(range(len(items)), [item.images or [] for item in items], 1)

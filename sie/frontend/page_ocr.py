@@ -1,11 +1,12 @@
-"""LightOnOCR prompts as device items (no torch): the folder's chat template rendered, the page
-resized (sie.page_config.PixtralPages), the image token expanded to one per merged patch.
+"""Page OCR prompts as device items (no torch): the folder's chat template rendered, the page
+resized (the family's sie.page_config.PageLayout), the image token expanded to one per merged patch.
 
-The conversation is SIE's: the system prompt, then a user turn holding the page and, when the
-request gives one, the instruction. It is rendered with transformers' own chat-template renderer
-and the folder's template, as LightOnOcrProcessor.apply_chat_template renders it, then tokenized
-whole; its one image token becomes `rows * columns` copies, which is what the processor's text
-expansion gives, since the image token is a special token that tokenizes alone.
+The conversation is SIE's: the family's system prompt if it has one, then a user turn holding the
+page and the instruction, or the family's default prompt when the request gives none. It is
+rendered with transformers' own chat-template renderer and the folder's template, as the processor's
+apply_chat_template renders it, then tokenized whole; its one image token becomes one copy per
+merged patch, which is what the processor's text expansion gives, since the image token is a
+special token that tokenizes alone.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from sie import lighton_ocr as recipe
 from sie.errors import InvalidInput
 from sie.frontend.detokenize import clean_up_tokenization
 from sie.frontend.media.images import resize_pixels
 from sie.frontend.model_files import read_json_object, token_content
 from sie.frontend.qwen3_vl import check_text
 from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
-from sie.page_config import PixtralPages, pixtral_pages
+from sie.page_config import PageLayout
+from sie.page_ocr import OcrFamily, image_token_id
 from sie.tokenizer_files import chat_template
 
 _SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -40,17 +41,18 @@ class PageTokens:
     text_tokens: int
 
 
-class LightOnOcrRecipe:
-    """One checkpoint's tokenizer, chat template, page settings and system prompt."""
+class PageOcrRecipe:
+    """One checkpoint's tokenizer, chat template, page settings and prompts."""
 
     def __init__(
         self,
         tokenizer: Tokenizer,
         template: str,
-        pages: PixtralPages,
+        pages: PageLayout,
         image_token_id: int,
         specials: dict[str, str],
-        system: str,
+        system: str | None,
+        default_prompt: str | None,
         *,
         clean_up: bool = False,
     ) -> None:
@@ -65,39 +67,45 @@ class LightOnOcrRecipe:
         self.pages = pages
         self.image_token_id = image_token_id
         self.system = system
+        self.default_prompt = default_prompt
         self.clean_up = clean_up
         added = tokenizer.get_added_tokens_decoder().values()
         # What an instruction may not hold: the tokens that steer the template or stand for images.
         self.reserved = frozenset(t.content for t in added if t.special)
 
     @classmethod
-    def for_model(cls, config: ModelConfig) -> LightOnOcrRecipe:
+    def for_model(cls, config: ModelConfig, family: OcrFamily, profile: str | None = None) -> PageOcrRecipe:
+        """The recipe of `config`'s profile (its own system and default prompts)."""
         folder = resolve_weights_dir(config)
         template = chat_template(Path(folder))
         if template is None:
             raise ValueError(f"{folder} has no chat template")
         settings = read_json_object(folder / "tokenizer_config.json")
         specials = {role: token_content(settings.get(role)) for role in _SPECIAL_ROLES}
-        loadtime = config.profile().adapter_options.loadtime
-        system = loadtime.get("system_prompt", recipe.DEFAULT_SYSTEM_PROMPT)
+        loadtime = config.profile(profile).adapter_options.loadtime
+        system = loadtime.get("system_prompt", family.system_prompt)
+        default_prompt = loadtime.get("default_prompt", family.default_prompt)
         tokenizer = Tokenizer.from_file(str(resolve_tokenizer_file(config)))
         present = {role: token for role, token in specials.items() if token is not None}
         clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
         return cls(
             tokenizer,
             template,
-            pixtral_pages(folder),
-            recipe.image_token_id(folder),
+            family.pages(folder),
+            image_token_id(folder),
             present,
-            str(system),
+            system,
+            default_prompt,
             clean_up=clean_up,
         )
 
     def conversation(self, instruction: str | None) -> list[dict[str, Any]]:
         content: list[dict[str, str]] = [{"type": "image"}]
-        if instruction:
-            content.append({"type": "text", "text": instruction})
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+        text = instruction or self.default_prompt
+        if text:
+            content.append({"type": "text", "text": text})
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return [*system, {"role": "user", "content": content}]
 
     def prompt(self, instruction: str | None, where: str) -> str:
         """The rendered conversation (checked: an instruction cannot write control tokens)."""
@@ -117,10 +125,9 @@ class LightOnOcrRecipe:
             new_h, new_w = self.pages.resized(height, width)
         except ValueError as exc:
             raise InvalidInput(f"{where}: {exc}") from None
-        if min(self.pages.token_grid(new_h, new_w)) < 1:
+        if self.pages.image_tokens(new_h, new_w) < 1:
             raise InvalidInput(
-                f"{where}: a {width}x{height} page, resized to {new_w}x{new_h}, is under one image token "
-                f"({self.pages.token_edge} pixels) on a side"
+                f"{where}: a {width}x{height} page, resized to {new_w}x{new_h}, is under one image token"
             )
         if (new_h, new_w) == (height, width):
             return pixels
@@ -131,9 +138,8 @@ class LightOnOcrRecipe:
         slots = np.flatnonzero(ids == self.image_token_id)
         if len(slots) != 1:
             raise InvalidInput(f"{where}: the chat template wrote {len(slots)} image tokens for one page")
-        rows, columns = self.pages.token_grid(pixels.shape[0], pixels.shape[1])
         repeats = np.ones(len(ids), np.int64)
-        repeats[slots[0]] = rows * columns
+        repeats[slots[0]] = self.pages.image_tokens(pixels.shape[0], pixels.shape[1])
         widths = np.zeros(len(ids), np.int32)
         widths[slots[0]] = pixels.shape[1]
         return PageTokens(np.repeat(ids, repeats), np.repeat(widths, repeats), pixels, len(ids) - 1)

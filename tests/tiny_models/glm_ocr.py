@@ -1,0 +1,196 @@
+"""A tiny random GLM-OCR (transformers' GlmOcrForConditionalGeneration: a CogViT vision tower and a
+GLM decoder with 3D rotary positions) with a byte-level BPE tokenizer, a GLM-style chat template in
+chat_template.jinja and Glm46VImageProcessor's settings in preprocessor_config.json, plus the
+reference: transformers' Glm46VProcessor (with the PIL image processor) and `generate`, one page at
+a time, as SIE's transformers adapter runs it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.tiny_models.bpe import byte_level_bpe
+
+SPECIALS = [
+    "<|endoftext|>",
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|video|>",
+]
+CHAT_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}<|{{ message.role }}|>\n"
+    "{% if message.content is string %}{{ message.content }}{% else %}"
+    "{% for part in message.content %}"
+    "{% if part.type == 'image' %}<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif part.type == 'text' %}{{ part.text }}{% endif %}{% endfor %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+# Pixel counts, which count a still page twice (the temporal patch): 1 to 16 tokens of 28 x 28.
+MIN_PIXELS, MAX_PIXELS = 2 * 28 * 28, 2 * 112 * 112
+PROCESSOR = {
+    "image_processor_type": "Glm46VImageProcessor",
+    "processor_class": "Glm46VProcessor",
+    "size": {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS},
+    "do_rescale": True,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
+_CORPUS = [
+    "# Invoice 2024-118\n\n| item | qty | price |\n|---|---|---|\n| paper | 3 | 4.50 |",
+    "Text Recognition: Table Recognition: Formula Recognition:",
+    "$$ E = mc^2 $$ and the sum of the first n integers, n(n+1)/2.",
+]
+
+
+def write_tokenizer(folder: Path) -> Any:
+    tokenizer = byte_level_bpe(_CORPUS, SPECIALS, vocab_size=500)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    settings = {
+        "tokenizer_class": "TokenizersBackend",
+        "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "model_max_length": 16384,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    return tokenizer
+
+
+def make_glm_ocr(folder: Path, seed: int = 0) -> Path:
+    import torch
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = write_tokenizer(folder)
+    (folder / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
+    ids = {token: tokenizer.token_to_id(token) for token in SPECIALS}
+    eos = [ids["<|endoftext|>"], ids["<|user|>"]]
+    config = transformers.GlmOcrConfig(
+        vision_config={
+            "depth": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 32,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "image_size": 112,
+        },
+        text_config={
+            "vocab_size": tokenizer.get_vocab_size(),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 2048,
+            "pad_token_id": ids["<|endoftext|>"],
+            "eos_token_id": eos,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [2, 1, 1],
+                "partial_rotary_factor": 0.5,
+            },
+        },
+        image_token_id=ids["<|image|>"],
+        video_token_id=ids["<|video|>"],
+        image_start_token_id=ids["<|begin_of_image|>"],
+        image_end_token_id=ids["<|end_of_image|>"],
+        video_start_token_id=ids["<|begin_of_video|>"],
+        video_end_token_id=ids["<|end_of_video|>"],
+    )
+    torch.manual_seed(seed)
+    model = transformers.GlmOcrForConditionalGeneration(config).eval()
+    with torch.no_grad():  # peaked next-token distributions (no near-ties to flip), text before EOS
+        head = model.get_output_embeddings().weight
+        head.normal_(0.0, 1.0)
+        head[list(ids.values())] *= 0.05
+        model.model.visual.merger.proj.weight.mul_(30.0)  # the page steers every token
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = ids["<|endoftext|>"]
+    model.save_pretrained(folder)
+    return folder
+
+
+def _pages_processor() -> Any:
+    from transformers import Glm46VProcessor
+
+    class PagesProcessor(Glm46VProcessor):  # type: ignore[misc]
+        """Glm46VProcessor without its video processor, which needs torchvision (not installed)."""
+
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            return ["image_processor", "tokenizer"]
+
+    return PagesProcessor
+
+
+class Reference:
+    """transformers' processor and `generate`, one page per call."""
+
+    def __init__(self, folder: Path) -> None:
+        import transformers
+        from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
+
+        settings = {
+            k: v for k, v in PROCESSOR.items() if k not in ("image_processor_type", "processor_class")
+        }
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        self.processor = _pages_processor()(
+            image_processor=Glm46VImageProcessorPil(**settings),
+            tokenizer=tokenizer,
+            chat_template=CHAT_TEMPLATE,
+        )
+        self.model = transformers.GlmOcrForConditionalGeneration.from_pretrained(folder).eval()
+
+    def messages(self, text: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+
+    def inputs(self, image: Any, text: str) -> Any:
+        prompt = self.processor.apply_chat_template(
+            self.messages(text), add_generation_prompt=True, tokenize=False
+        )
+        return self.processor(text=prompt, images=[image.convert("RGB")], return_tensors="pt")
+
+    def transcribe(self, image: Any, text: str = "Text Recognition:", *, max_new_tokens: int = 16) -> str:
+        import torch
+
+        inputs = self.inputs(image, text)
+        with torch.no_grad():
+            output = self.model.generate(
+                **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
+            )
+        generated = output[0, inputs["input_ids"].shape[1] :]
+        return str(self.processor.decode(generated, skip_special_tokens=True)).strip()
+
+
+def model_yaml_glm_ocr(sie_id: str, folder: Path, **runtime: Any) -> dict[str, Any]:
+    return {
+        "sie_id": sie_id,
+        "weights": {"path": str(folder)},
+        "inputs": {"text": False, "image": True},
+        "tasks": {"extract": {}},
+        "max_sequence_length": 16384,
+        "profiles": {
+            "default": {
+                "adapter": "glm_ocr",
+                "compute_precision": "float32",
+                "adapter_options": {"loadtime": {}, "runtime": {"max_new_tokens": 64, **runtime}},
+            }
+        },
+    }
