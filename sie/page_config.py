@@ -13,9 +13,10 @@ the pixels it gets (sie.gpu_proc.adapters.clip.PixelNormalizer) before the visio
 - LightOnOCR (Pixtral's image processor): each page keeps its aspect, scaled down (never up) so no
   side exceeds `size.longest_edge`, then each side rounded up to whole patches, bicubic; a prompt
   token stands for a patch_size x spatial_merge_size square.
-- GLM-OCR (Glm46VImageProcessor): Qwen2-VL's rule with the folder's own bounds (`size.shortest_edge`
-  and `size.longest_edge` are pixel counts, which count a still page once per temporal patch), a
-  side under one token scaled up first, bicubic.
+- GLM-OCR (Glm46VImageProcessor) and PaddleOCR-VL (PaddleOCRVLImageProcessor): Qwen2-VL's rule with
+  the folder's own bounds (`size.shortest_edge` and `size.longest_edge` are pixel counts; GLM's count
+  a still page once per temporal patch), a side under one token scaled up first (each processor
+  its own way), bicubic.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sie.media_config import (
     BICUBIC,
@@ -35,12 +36,14 @@ from sie.media_config import (
     channel_triple,
     read_preprocessor_config,
 )
-from sie.qwen_images import MAX_ASPECT_RATIO, glm_smart_resize, smart_resize
+from sie.qwen_images import MAX_ASPECT_RATIO, glm_smart_resize, paddle_smart_resize, smart_resize
 
 # SIE's ColQwen2.5 adapter loads its processor with these bounds (in pixels: visual tokens x 28 x 28).
 QWEN_MIN_PIXELS = 256 * 28 * 28
 QWEN_MAX_PIXELS = 768 * 28 * 28
-GLM_DEFAULT_SIZE = {"shortest_edge": 112 * 112, "longest_edge": 28 * 28 * 15000}  # the processor's
+# The processors' own bounds, for a folder that gives none.
+GLM_DEFAULT_SIZE = {"shortest_edge": 112 * 112, "longest_edge": 28 * 28 * 15000}
+PADDLE_DEFAULT_SIZE = {"shortest_edge": 384 * 384, "longest_edge": 1536 * 1536}
 IDEFICS3_MAX_SIDE = 4096  # Idefics3's bound on a resized side
 LANCZOS = 1
 Triple = tuple[float, float, float]
@@ -51,7 +54,7 @@ class PageConfigError(ValueError):
 
 
 class PageLayout(Protocol):
-    """How a page generating OCR model sizes a page (PixtralPages, GlmPages)."""
+    """How a page generating OCR model sizes a page (PixtralPages, GridPages)."""
 
     @property
     def pixels(self) -> ImageSpec: ...  # the rescale and normalization, and the resize filter
@@ -186,8 +189,8 @@ class PixtralPages:
 
 
 @dataclass(frozen=True, slots=True)
-class GlmPages:
-    """Glm46VImageProcessor's page sizes: Qwen2-VL's grid, the folder's pixel bounds."""
+class GridPages:
+    """GLM-OCR's and PaddleOCR-VL's page sizes: Qwen2-VL's grid, the folder's pixel bounds."""
 
     patch_size: int
     merge_size: int
@@ -195,6 +198,7 @@ class GlmPages:
     min_pixels: int
     max_pixels: int
     pixels: ImageSpec  # the rescale and normalization (its height and width: the largest square page)
+    upscale: Literal["glm", "paddle"]  # how a side under one token is raised
 
     @property
     def factor(self) -> int:
@@ -202,6 +206,8 @@ class GlmPages:
 
     def resized(self, height: int, width: int) -> tuple[int, int]:
         """(height, width) of the page as the processor resizes it; ValueError for a too-long page."""
+        if self.upscale == "paddle":
+            return paddle_smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
         return glm_smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels, self.frames)
 
     def image_tokens(self, height: int, width: int) -> int:
@@ -291,11 +297,25 @@ def pixtral_pages(folder: Path) -> PixtralPages:
     )
 
 
-def glm_pages(folder: Path) -> GlmPages:
+def glm_pages(folder: Path) -> GridPages:
+    return _grid_pages(folder, "glm", GLM_DEFAULT_SIZE, default_frames=2)
+
+
+def paddle_pages(folder: Path) -> GridPages:
+    return _grid_pages(folder, "paddle", PADDLE_DEFAULT_SIZE, default_frames=1)
+
+
+def _grid_pages(
+    folder: Path, upscale: Literal["glm", "paddle"], default_size: dict[str, int], *, default_frames: int
+) -> GridPages:
     raw = image_processor_config(folder)
     if not raw.get("do_resize", True):
-        raise PageConfigError(f"{folder}: GLM pages need do_resize (sides fitting the patch grid)")
-    size = raw.get("size") or GLM_DEFAULT_SIZE
+        raise PageConfigError(f"{folder}: these pages need do_resize (sides fitting the patch grid)")
+    size = dict(raw.get("size") or default_size)
+    # Older configs give the bounds as min_pixels / max_pixels, which the processors still honour.
+    for key, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+        if raw.get(key) is not None:
+            size[edge] = raw[key]
     min_pixels, max_pixels = size.get("shortest_edge"), size.get("longest_edge")
     if not all(isinstance(v, int) and v > 0 for v in (min_pixels, max_pixels)) or min_pixels > max_pixels:
         raise PageConfigError(
@@ -303,16 +323,17 @@ def glm_pages(folder: Path) -> GlmPages:
             f"(got {size!r})"
         )
     patch_size, merge_size = int(raw.get("patch_size", 14)), int(raw.get("merge_size", 2))
-    frames = int(raw.get("temporal_patch_size", 2))
+    frames = int(raw.get("temporal_patch_size", default_frames)) if upscale == "glm" else 1
     factor = patch_size * merge_size
     side = max(factor, math.isqrt(max_pixels // frames) // factor * factor)
-    return GlmPages(
+    return GridPages(
         patch_size=patch_size,
         merge_size=merge_size,
         frames=frames,
         min_pixels=min_pixels,
         max_pixels=max_pixels,
         pixels=_normalization(raw, side, int(raw.get("resample", BICUBIC)), (CLIP_MEAN, CLIP_STD)),
+        upscale=upscale,
     )
 
 

@@ -1,21 +1,21 @@
-"""The OCR models that transcribe a page by generating (LightOnOCR-2, GLM-OCR): what both sides
-read. Each item is one page and a chat prompt whose one image token stands for the page; the prompt
+"""The OCR models that transcribe a page by generating (LightOnOCR-2, GLM-OCR, PaddleOCR-VL): what
+both sides read. Each item is one page and a chat prompt whose one image token stands for the page; the prompt
 travels after a generation header, the page as its resized pixels, and the device returns the
 generated ids.
 
-Each family has its page sizing (sie.page_config: PixtralPages, GlmPages) and SIE's defaults below:
-the conversation's system turn, the text after the page when the request gives no instruction, and
-the most tokens a page may take.
+Each family has its page sizing (sie.page_config: PixtralPages, GridPages) and SIE's defaults below:
+the conversation's system turn, the text after the page when the request gives no instruction (or,
+for PaddleOCR-VL, its task's prompt), and the most tokens a page may take.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sie.page_config import PageLayout, glm_pages, pixtral_pages
+from sie.page_config import PageLayout, glm_pages, paddle_pages, pixtral_pages
 
 HEADER = 1  # ids before an item's prompt on the ring: its max new tokens
 
@@ -27,6 +27,9 @@ class OcrFamily:
     default_prompt: str | None  # the text after the page when a request gives no instruction
     max_new_tokens: int  # the ceiling when the profile sets none
     pages: Callable[[Path], PageLayout]  # the folder's page sizing and normalization
+    task_prompts: Mapping[str, str] = field(default_factory=dict)  # task -> its prompt (none: no tasks)
+    task_labels: Mapping[str, str] = field(default_factory=dict)  # an entity's label, when not "markdown"
+    default_task: str | None = None
 
 
 LIGHTON_OCR = OcrFamily(
@@ -43,7 +46,24 @@ GLM_OCR = OcrFamily(
     max_new_tokens=8192,
     pages=glm_pages,
 )
-FAMILIES = {"lighton_ocr": LIGHTON_OCR, "glm_ocr": GLM_OCR}
+PADDLEOCR_VL = OcrFamily(
+    name="PaddleOCR-VL",
+    system_prompt=None,
+    default_prompt=None,
+    max_new_tokens=4096,
+    pages=paddle_pages,
+    task_prompts={
+        "ocr": "OCR:",
+        "table": "Table Recognition:",
+        "formula": "Formula Recognition:",
+        "chart": "Chart Recognition:",
+        "spotting": "Spotting:",
+        "seal": "Seal Recognition:",
+    },
+    task_labels={"spotting": "spotting", "seal": "seal"},
+    default_task="ocr",
+)
+FAMILIES = {"lighton_ocr": LIGHTON_OCR, "glm_ocr": GLM_OCR, "paddleocr_vl": PADDLEOCR_VL}
 
 
 def image_token_id(folder: Path) -> int:

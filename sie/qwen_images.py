@@ -1,4 +1,4 @@
-"""Qwen2-VL's image sizing, which Qwen3-VL, ColQwen2.5 and GLM-OCR share: each image keeps its
+"""Qwen2-VL's image sizing, which Qwen3-VL, ColQwen2.5, GLM-OCR and PaddleOCR-VL share: each image keeps its
 aspect, its sides rounded to whole merged tokens, its area held between a minimum and a maximum
 pixel count."""
 
@@ -41,3 +41,15 @@ def glm_smart_resize(
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
     return smart_resize(height, width, factor, min_pixels, max_pixels, frames=frames)
+
+
+def paddle_smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """(height, width) as PaddleOCRVLImageProcessor resizes: a short side under `factor` raised to it,
+    the other scaled with it (rounded; height first, then width), then Qwen's rule."""
+    if height < factor:
+        height, width = factor, round(width * factor / height)
+    if width < factor:
+        height, width = round(height * factor / width), factor
+    return smart_resize(height, width, factor, min_pixels, max_pixels)

@@ -39,6 +39,7 @@ from tests.tiny_models.lighton_ocr import model_yaml_lighton_ocr
 from tests.tiny_models.llm_reranker import model_yaml_llm_reranker
 from tests.tiny_models.nli import model_yaml_nli
 from tests.tiny_models.owlv2 import model_yaml_owlv2
+from tests.tiny_models.paddleocr_vl import model_yaml_paddleocr_vl
 from tests.tiny_models.parakeet import model_yaml_parakeet
 from tests.tiny_models.privacy_filter import model_yaml_privacy_filter
 from tests.tiny_models.qwen3_vl import model_yaml_qwen3_vl_embedding, model_yaml_qwen3_vl_reranker
@@ -80,6 +81,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_florence2("tiny/florence2", NOWHERE),
     model_yaml_lighton_ocr("tiny/lighton-ocr", NOWHERE),
     model_yaml_glm_ocr("tiny/glm-ocr", NOWHERE),
+    model_yaml_paddleocr_vl("tiny/paddleocr-vl", NOWHERE),
     model_yaml_qwen3_vl_embedding("tiny/qwen3-vl-embedding", NOWHERE),
     model_yaml_qwen3_vl_reranker("tiny/qwen3-vl-reranker", NOWHERE),
     model_yaml_donut("tiny/donut", NOWHERE),

@@ -586,6 +586,41 @@ def test_glm_ocr_reads_its_default_prompt_from_both_of_sies_profiles() -> None:
         translate(bad, "test.yaml")
 
 
+def test_paddleocr_vl_reads_its_tasks_and_refuses_unknown_ones() -> None:
+    sglang = "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter"
+    loadtime = {
+        "trust_remote_code": True,
+        "processor_use_fast": False,
+        "default_task": "table",
+        "task_prompts": {"ocr": "Read:"},
+        "task_labels": {"seal": "stamp"},
+    }
+    profiles = {
+        "default": {
+            "adapter_path": sglang,
+            "adapter_options": {"loadtime": loadtime, "runtime": {"task": "chart"}},
+        },
+        "transformers": {"adapter_path": "sie_server.adapters.paddleocr_vl:PaddleOCRVLAdapter"},
+    }
+    raw = _sie(profiles, tasks={"encode": None, "score": None, "extract": {}})
+    raw.update(sie_id="PaddlePaddle/PaddleOCR-VL-1.5", hf_id="PaddlePaddle/PaddleOCR-VL-1.5")
+    config = _config(raw)
+    assert (config.family, config.profile().adapter_options.runtime.task) == ("paddleocr_vl", "chart")
+    kept = {k: v for k, v in loadtime.items() if k != "processor_use_fast"}
+    assert config.profile().adapter_options.loadtime == kept
+    assert any("processor_use_fast" in note for note in config.notes)
+    for where, key, value, named in [
+        ("loadtime", "default_task", "layout", "default_task 'layout'"),
+        ("loadtime", "task_prompts", {"layout": "Layout:"}, "not tasks of"),
+        ("loadtime", "task_labels", {"seal": 3}, "mapping of tasks"),
+        ("runtime", "task", "layout", "runtime.task 'layout'"),
+    ]:
+        bad = copy.deepcopy(raw)
+        bad["profiles"]["default"]["adapter_options"][where][key] = value
+        with pytest.raises(ModelConfigError, match=named):
+            translate(bad, "test.yaml")
+
+
 def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     sglang = "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter"
     native = "sie_server.adapters.lighton_ocr.adapter:LightOnOCRAdapter"
@@ -610,8 +645,8 @@ def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     glm.update(sie_id="zai-org/GLM-OCR", hf_id="zai-org/GLM-OCR")
     assert _config(glm).family == "glm_ocr"
     other = copy.deepcopy(raw)
-    other.update(sie_id="PaddlePaddle/PaddleOCR-VL-1.5", hf_id="PaddlePaddle/PaddleOCR-VL-1.5")
-    with pytest.raises(ModelConfigError, match="LightOnOCR-2 and GLM-OCR are"):
+    other.update(sie_id="lightonai/LightOnOCR-3-4B", hf_id="lightonai/LightOnOCR-3-4B")
+    with pytest.raises(ModelConfigError, match="LightOnOCR-2, GLM-OCR and PaddleOCR-VL are"):
         translate(other, "test.yaml")
     beams = copy.deepcopy(raw)
     beams["profiles"]["default"]["adapter_options"]["runtime"]["num_beams"] = 4

@@ -43,6 +43,7 @@ _SPEC_MODULES = (
     "florence2",
     "lighton_ocr",
     "glm_ocr",
+    "paddleocr_vl",
     "qwen3_vl_embedding",
     "qwen3_vl_reranker",
     "donut",

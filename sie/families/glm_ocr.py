@@ -6,6 +6,6 @@ FAMILY = Family(
     name="glm_ocr",
     adapter="sie.gpu_proc.adapters.glm_ocr:GlmOcrAdapter",
     inputs=("image",),
-    media_kind="own",  # each page resized at its own aspect (sie.page_config.GlmPages)
+    media_kind="own",  # each page resized at its own aspect (sie.page_config.GridPages)
     extract_runner="sie.frontend.tasks.page_ocr:run_glm_ocr",
 )

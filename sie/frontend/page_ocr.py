@@ -11,6 +11,7 @@ special token that tokenizes alone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,39 @@ class PageTokens:
     text_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class Prompts:
+    """A profile's prompts: the family's, as its loadtime options amend them."""
+
+    system: str | None
+    default: str | None  # the text after the page when a request gives no instruction or task
+    tasks: Mapping[str, str]  # task -> its prompt (empty: the family has no tasks)
+    labels: Mapping[str, str]  # task -> its entities' label, when not "markdown"
+    default_task: str | None
+
+    @classmethod
+    def of(cls, family: OcrFamily, loadtime: Mapping[str, Any]) -> Prompts:
+        return cls(
+            system=loadtime.get("system_prompt", family.system_prompt),
+            default=loadtime.get("default_prompt", family.default_prompt),
+            tasks={**family.task_prompts, **loadtime.get("task_prompts", {})},
+            labels={**family.task_labels, **loadtime.get("task_labels", {})},
+            default_task=loadtime.get("default_task", family.default_task),
+        )
+
+    def task(self, requested: object, where: str) -> str | None:
+        """The request's task (None for a family without tasks); a 400 for one it does not have."""
+        if not self.tasks:
+            return None
+        chosen = self.default_task if requested is None else requested
+        if not isinstance(chosen, str) or chosen not in self.tasks:
+            raise InvalidInput(f"{where} must be one of {', '.join(self.tasks)}")
+        return chosen
+
+    def label(self, task: str | None) -> str:
+        return self.labels.get(task, "markdown") if task is not None else "markdown"
+
+
 class PageOcrRecipe:
     """One checkpoint's tokenizer, chat template, page settings and prompts."""
 
@@ -51,8 +85,7 @@ class PageOcrRecipe:
         pages: PageLayout,
         image_token_id: int,
         specials: dict[str, str],
-        system: str | None,
-        default_prompt: str | None,
+        prompts: Prompts,
         *,
         clean_up: bool = False,
     ) -> None:
@@ -66,8 +99,7 @@ class PageOcrRecipe:
         self._specials = specials
         self.pages = pages
         self.image_token_id = image_token_id
-        self.system = system
-        self.default_prompt = default_prompt
+        self.prompts = prompts
         self.clean_up = clean_up
         added = tokenizer.get_added_tokens_decoder().values()
         # What an instruction may not hold: the tokens that steer the template or stand for images.
@@ -82,9 +114,7 @@ class PageOcrRecipe:
             raise ValueError(f"{folder} has no chat template")
         settings = read_json_object(folder / "tokenizer_config.json")
         specials = {role: token_content(settings.get(role)) for role in _SPECIAL_ROLES}
-        loadtime = config.profile(profile).adapter_options.loadtime
-        system = loadtime.get("system_prompt", family.system_prompt)
-        default_prompt = loadtime.get("default_prompt", family.default_prompt)
+        prompts = Prompts.of(family, config.profile(profile).adapter_options.loadtime)
         tokenizer = Tokenizer.from_file(str(resolve_tokenizer_file(config)))
         present = {role: token for role, token in specials.items() if token is not None}
         clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
@@ -94,24 +124,26 @@ class PageOcrRecipe:
             family.pages(folder),
             image_token_id(folder),
             present,
-            system,
-            default_prompt,
+            prompts,
             clean_up=clean_up,
         )
 
-    def conversation(self, instruction: str | None) -> list[dict[str, Any]]:
+    def conversation(self, instruction: str | None, task: str | None = None) -> list[dict[str, Any]]:
+        """SIE's: the system turn if any, then the page and the instruction, else the task's prompt,
+        else the default prompt."""
+        prompts = self.prompts
         content: list[dict[str, str]] = [{"type": "image"}]
-        text = instruction or self.default_prompt
+        text = instruction or (prompts.tasks[task] if task is not None else prompts.default)
         if text:
             content.append({"type": "text", "text": text})
-        system = [{"role": "system", "content": self.system}] if self.system else []
+        system = [{"role": "system", "content": prompts.system}] if prompts.system else []
         return [*system, {"role": "user", "content": content}]
 
-    def prompt(self, instruction: str | None, where: str) -> str:
+    def prompt(self, instruction: str | None, where: str, task: str | None = None) -> str:
         """The rendered conversation (checked: an instruction cannot write control tokens)."""
         check_text(instruction, where, self.reserved)
         rendered, _ = self._render(
-            [self.conversation(instruction)],
+            [self.conversation(instruction, task)],
             chat_template=self._template,
             add_generation_prompt=True,
             **self._specials,

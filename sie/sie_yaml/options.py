@@ -162,7 +162,8 @@ def _family_loadtime(
     if family == "privacy_filter":
         return _privacy_filter_loadtime(key, value, loadtime)
     if family in PAGE_OCR_FAMILIES:
-        return _page_ocr_loadtime(key, value, loadtime, notes, profile)
+        tasks = tuple(_PAGE_OCR[family].task_prompts)
+        return _page_ocr_loadtime(key, value, loadtime, notes, profile, tasks)
     return False
 
 
@@ -203,12 +204,17 @@ def _privacy_filter_loadtime(key: str, value: Any, loadtime: dict[str, Any]) -> 
 
 # SIE's SGLang server settings for its OCR models (its memory and concurrency ones are among
 # _ENGINE_KNOBS); here the model runs in the device process.
-_SGLANG_SERVER = frozenset({"served_model_name", "meter_pages", "extra_env"})
+_SGLANG_SERVER = frozenset({"served_model_name", "meter_pages", "extra_env", "extra_launch_args"})
 PAGE_OCR_FAMILIES = frozenset(_PAGE_OCR)
 
 
 def _page_ocr_loadtime(
-    key: str, value: Any, loadtime: dict[str, Any], notes: list[str], profile: str
+    key: str,
+    value: Any,
+    loadtime: dict[str, Any],
+    notes: list[str],
+    profile: str,
+    family_tasks: tuple[str, ...],
 ) -> bool:
     """The system prompt (the conversation's first turn), the text after the page when a request
     gives no instruction, and SIE's SGLang settings, noted."""
@@ -216,6 +222,19 @@ def _page_ocr_loadtime(
         if not isinstance(value, str):
             raise Refused(f"loadtime.{key} {value!r} is not a string")
         loadtime[key] = value
+    elif key in ("task_prompts", "task_labels") and family_tasks:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise Refused(f"loadtime.{key} {value!r} is not a mapping of tasks to strings")
+        unknown = set(value) - set(family_tasks)
+        if unknown:
+            raise Refused(f"loadtime.{key}: {sorted(unknown)} are not tasks of {', '.join(family_tasks)}")
+        loadtime[key] = dict(value)
+    elif key == "default_task" and family_tasks:
+        if value not in family_tasks:
+            raise Refused(f"loadtime.default_task {value!r} is not one of {', '.join(family_tasks)}")
+        loadtime[key] = value
+    elif key == "processor_use_fast":
+        notes.append(f"profile '{profile}': loadtime.processor_use_fast: pages are resized here with Pillow")
     elif key in _SGLANG_SERVER:
         notes.append(f"profile '{profile}': loadtime.{key} is SIE's SGLang server setting, no effect here")
     else:
@@ -365,6 +384,12 @@ def runtime_options(given: Mapping[str, Any], family: str, runtime: dict[str, An
             runtime[key] = value  # the task token and generation settings, checked per request
         elif key == "num_beams" and family in PAGE_OCR_FAMILIES and value != 1:
             raise Refused(f"runtime.num_beams {value!r}: page OCR decodes greedily here (num_beams 1)")
+        elif key == "task" and family in PAGE_OCR_FAMILIES and _PAGE_OCR[family].task_prompts:
+            if value not in _PAGE_OCR[family].task_prompts:
+                raise Refused(
+                    f"runtime.task {value!r} is not one of {', '.join(_PAGE_OCR[family].task_prompts)}"
+                )
+            runtime[key] = value
         elif key in ("max_new_tokens", "num_beams") and family in PAGE_OCR_FAMILIES:
             runtime[key] = value  # the most tokens a page may take; a request may ask for fewer
         elif key == "lora_id":

@@ -1,5 +1,5 @@
-"""The extract task for the page OCR models (LightOnOCR-2, GLM-OCR): each item's page transcribed
-to Markdown, one entity per item.
+"""The extract task for the page OCR models (LightOnOCR-2, GLM-OCR, PaddleOCR-VL): each item's page
+transcribed (to Markdown, or PaddleOCR-VL's spotting and seal text), one entity per item.
 
 Each item carries one page image. Its prompt (sie.frontend.page_ocr) goes after a generation
 header (the item's max new tokens: `sie.page_ocr.HEADER`), and the batch key carries the header,
@@ -26,7 +26,7 @@ from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, image_units
 from sie.frontend.wire import Item
-from sie.page_ocr import GLM_OCR, LIGHTON_OCR, OcrFamily
+from sie.page_ocr import GLM_OCR, LIGHTON_OCR, PADDLEOCR_VL, OcrFamily
 from sie.shm.layout import Op, ResultKind
 
 _TOKEN_BYTES = 8  # an id and its aux value
@@ -38,6 +38,10 @@ async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob)
 
 async def run_glm_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     return await _run(state, target, job, GLM_OCR)
+
+
+async def run_paddleocr_vl(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    return await _run(state, target, job, PADDLEOCR_VL)
 
 
 async def _run(state: FrontendState, target: Target, job: ExtractJob, family: OcrFamily) -> Extracted:
@@ -54,8 +58,10 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
     if job.options.get("num_beams", 1) != 1:
         raise InvalidInput(f"options.num_beams: {family.name} decodes greedily here (num_beams 1)")
     instruction = instruction_of(job)
+    task = model.prompts.task(job.options.get("task", target.runtime.task), "options.task")
+    label = model.prompts.label(task)
     units = _units(job.items, family)
-    prompt = model.prompt(instruction, "params.instruction")
+    prompt = model.prompt(instruction, "params.instruction", task)
     admit(state, target, len(units))
     slot, key = target.slot, config_key(target.profile_name, f"max_new_tokens={max_new_tokens}")
     max_pixels = state.settings.max_image_pixels
@@ -87,7 +93,7 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
         for row in results.ragged[ResultKind.TOKENS]
     ]
     return Extracted(
-        entities=[[_markdown(text)] for text in texts],
+        entities=[[_transcript(text, label)] for text in texts],
         classifications=[[] for _ in texts],
         input_tokens=sum(n for _, meta in submitted.parts for n in meta),
         tokenization_ms=submitted.prepare_ms,
@@ -96,9 +102,9 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
     )
 
 
-def _markdown(text: str) -> dict[str, Any]:
-    """SIE's entity for a page: its Markdown, edge whitespace trimmed, no offsets."""
-    return {"text": text.strip(), "label": "markdown", "score": 1.0, "start": None, "end": None, "bbox": None}
+def _transcript(text: str, label: str) -> dict[str, Any]:
+    """SIE's entity for a page: its transcript, edge whitespace trimmed, no offsets."""
+    return {"text": text.strip(), "label": label, "score": 1.0, "start": None, "end": None, "bbox": None}
 
 
 def _max_new_tokens(options: dict[str, Any], ceiling: int) -> int:

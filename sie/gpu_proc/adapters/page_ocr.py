@@ -1,4 +1,5 @@
-"""What the page OCR models (LightOnOCR-2, GLM-OCR) share on the device: pages in, generated ids out.
+"""What the page OCR models (LightOnOCR-2, GLM-OCR, PaddleOCR-VL) share on the device: pages in,
+generated ids out.
 
 The frontend (sie.frontend.tasks.page_ocr) sends each item's generation header, then its prompt with
 the image token already expanded, `aux` holding the page's width in pixels on those tokens, and the
@@ -23,9 +24,10 @@ from sie.shm.layout import ResultKind
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from sie.page_config import PageLayout
+    from sie.page_config import GridPages, PageLayout
 
 MAX_PAGES_PER_GENERATE = 4  # a large batch is generated in parts, so caches stay bounded (as SIE)
+IMAGE_TOKEN_TYPE = 1  # mm_token_type_ids: text 0, image 1, video 2
 
 
 class PageOcrGenerator(HeldModel):
@@ -90,10 +92,10 @@ class PageOcrGenerator(HeldModel):
     def page(self, inputs: ForwardInputs, i: int) -> torch.Tensor:
         """Item i's page normalized, [3, H, W] float32, checked against its image tokens."""
         assert inputs.samples is not None and inputs.aux is not None
-        length = inputs.lengths[i]
-        is_image = inputs.input_ids[i, :length] == self.image_token
+        length = inputs.lengths[i]  # the header is a number, not a token: it may equal the image token
+        is_image = inputs.input_ids[i, HEADER:length] == self.image_token
         tokens = int(is_image.sum())
-        width = int(inputs.aux[i, :length][is_image][0]) if tokens else 0
+        width = int(inputs.aux[i, HEADER:length][is_image][0]) if tokens else 0
         data = inputs.samples[i].contiguous().view(torch.uint8)
         height = len(data) // (3 * width) if width > 0 else 0
         fits = len(data) - height * width * 3 < 4 and self._layout.image_tokens(height, width) == tokens
@@ -101,3 +103,36 @@ class PageOcrGenerator(HeldModel):
             raise ValueError(f"{len(data)} page bytes, {width} wide, do not fit {tokens} image tokens")
         pixels = data[: height * width * 3].to(self.device).view(height, width, 3)
         return self.normalizer(pixels.unsqueeze(0), torch.float32)[0]
+
+
+class GridPageGenerator(PageOcrGenerator):
+    """Pages on Qwen2-VL's grid (GLM-OCR, PaddleOCR-VL): each cut into patches (`cut`), with its
+    (1, rows, columns) patch grid and the token types that mark the image tokens, from which the
+    model places its 3D rotary positions."""
+
+    def __init__(self, model: PreTrainedModel, pages: GridPages, image_token: int, *, name: str) -> None:
+        super().__init__(model, pages, image_token, name=name)
+        self.grid = pages
+
+    def cut(self, page: torch.Tensor) -> torch.Tensor:
+        """A normalized page [3, H, W] as the rows of patches its model reads."""
+        raise NotImplementedError
+
+    def page_inputs(self, inputs: ForwardInputs, part: range, ids: torch.Tensor) -> dict[str, Any]:
+        pixels, grids = self.patches(inputs, part)
+        types = (ids == self.image_token).to(torch.int32) * IMAGE_TOKEN_TYPE
+        return {"pixel_values": pixels, "image_grid_thw": grids, "mm_token_type_ids": types}
+
+    def patches(self, inputs: ForwardInputs, part: range) -> tuple[torch.Tensor, torch.Tensor]:
+        """The part's pages as one run of patches, and each page's (1, rows, columns) grid."""
+        p, factor = self.grid.patch_size, self.grid.factor
+        patches, grids = [], []
+        for i in part:
+            page = self.page(inputs, i)
+            height, width = page.shape[1:]
+            if height % factor or width % factor:
+                raise ValueError(f"a {width}x{height} page is not in whole {factor}-pixel tokens")
+            patches.append(self.cut(page))
+            grids.append((1, height // p, width // p))
+        grid = torch.tensor(grids, dtype=torch.int64, device=self.device)
+        return torch.cat(patches).to(self.dtype), grid

@@ -1,0 +1,186 @@
+"""PaddleOCR-VL's page path against transformers' PaddleOCRVLProcessor (with the PIL image processor):
+the frontend's prompt ids and page sizes, and the device's patches, patch grids and token types, for
+pages of several sizes and aspects."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import (
+    smart_resize as reference_resize,
+)
+
+from sie.errors import InvalidInput
+from sie.frontend.media.submit import as_words
+from sie.frontend.page_ocr import PageOcrRecipe
+from sie.gpu_proc.adapters import load_adapter
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.paddleocr_vl import PaddleOcrVlAdapter
+from sie.model_config import parse_model_config
+from sie.page_config import PageConfigError, paddle_pages
+from sie.page_ocr import HEADER, PADDLEOCR_VL
+from tests.tiny_models.paddleocr_vl import (
+    MAX_PIXELS,
+    MIN_PIXELS,
+    Reference,
+    make_paddleocr_vl,
+    model_yaml_paddleocr_vl,
+)
+
+# (width, height): over the budget, under it, a side under one token, tall, square, odd sides.
+SIZES = [(100, 70), (300, 160), (10, 90), (40, 200), (28, 28), (126, 98), (113, 57)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_paddleocr_vl(tmp_path_factory.mktemp("paddle"), seed=2)
+
+
+@pytest.fixture(scope="module")
+def reference(folder: Path) -> Reference:
+    return Reference(folder)
+
+
+@pytest.fixture(scope="module")
+def pages() -> list[Image.Image]:
+    rng = np.random.default_rng(9)
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
+
+
+def recipe_of(folder: Path) -> PageOcrRecipe:
+    return PageOcrRecipe.for_model(
+        parse_model_config(model_yaml_paddleocr_vl("tiny/paddle", folder)), PADDLEOCR_VL
+    )
+
+
+def adapter_of(folder: Path) -> PaddleOcrVlAdapter:
+    adapter = load_adapter(parse_model_config(model_yaml_paddleocr_vl("tiny/paddle", folder)), folder, "cpu")
+    assert isinstance(adapter, PaddleOcrVlAdapter)
+    return adapter
+
+
+def forward_inputs(
+    recipe: PageOcrRecipe, pages: list[Image.Image], instruction: str | None, task: str | None = None
+) -> ForwardInputs:
+    """The items as the runner hands them over: header and prompt, right-padded, bytes as samples."""
+    prompt = recipe.prompt(instruction, "test", recipe.prompts.task(task, "test"))
+    tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
+    # The header (max new tokens) set to the image token's id: the device must not read it as one.
+    rows = [np.concatenate([[recipe.image_token_id], t.input_ids]) for t in tokens]
+    aux_rows = [np.concatenate([[0], t.aux]) for t in tokens]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.int64)
+    aux = torch.zeros((len(rows), width), dtype=torch.int64)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    for i, (row, extra) in enumerate(zip(rows, aux_rows, strict=True)):
+        ids[i, : len(row)] = torch.from_numpy(row)
+        aux[i, : len(row)] = torch.from_numpy(extra)
+        mask[i, : len(row)] = 1
+    samples = [torch.from_numpy(as_words([t.pixels]).copy()) for t in tokens]
+    return ForwardInputs(ids, mask, None, aux, [len(r) for r in rows], False, samples=samples)
+
+
+@pytest.mark.parametrize(("instruction", "task"), [(None, None), (None, "seal"), ("Read the table.", "ocr")])
+def test_prompt_ids_match_the_processor(
+    folder: Path,
+    reference: Reference,
+    pages: list[Image.Image],
+    instruction: str | None,
+    task: str | None,
+) -> None:
+    inputs = forward_inputs(recipe_of(folder), pages, instruction, task)
+    text = instruction or {None: "OCR:", "seal": "Seal Recognition:", "ocr": "OCR:"}[task]
+    for i, page in enumerate(pages):
+        want = reference.inputs(page, text)["input_ids"][0]
+        assert inputs.input_ids[i, HEADER : inputs.lengths[i]].tolist() == want.tolist()
+
+
+def test_patches_grids_and_token_types_match_the_processor(
+    folder: Path, reference: Reference, pages: list[Image.Image]
+) -> None:
+    adapter = adapter_of(folder)
+    inputs = forward_inputs(recipe_of(folder), pages, None)
+    part = range(len(pages))
+    ids, _ = adapter._left_padded(inputs, part)
+    got = adapter.page_inputs(inputs, part, ids)
+    want = [reference.inputs(page, "OCR:") for page in pages]
+    assert got["image_grid_thw"].tolist() == [w["image_grid_thw"][0].tolist() for w in want]
+    expected = torch.cat([w["pixel_values"] for w in want])
+    np.testing.assert_allclose(got["pixel_values"].numpy(), expected.numpy(), atol=1e-5)
+    for row, w in zip(got["mm_token_type_ids"], want, strict=True):  # left-padded: compare the tails
+        types = w["mm_token_type_ids"][0]
+        assert row[len(row) - len(types) :].tolist() == types.tolist()
+        assert not row[: len(row) - len(types)].any()
+
+
+def test_page_sizes_follow_paddleocr_vls_rule(folder: Path) -> None:
+    spec = paddle_pages(folder)
+    rng = random.Random(3)
+    sizes = [(rng.randint(1, 900), rng.randint(1, 900)) for _ in range(3000)]
+    sizes += [(1, 150), (150, 1), (3, 700), (28, 5600), (28, 5601), (27, 27)]
+    for height, width in sizes:
+        try:
+            want = reference_resize(height, width, 28, MIN_PIXELS, MAX_PIXELS)
+        except ValueError:
+            with pytest.raises(ValueError, match="aspect ratio"):
+                spec.resized(height, width)
+            continue
+        got = spec.resized(height, width)
+        assert got == want, (height, width)
+        assert got[0] * got[1] <= spec.largest_area
+        assert spec.image_tokens(*got) <= spec.most_image_tokens
+
+
+def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -> None:
+    adapter = adapter_of(folder)
+    inputs = forward_inputs(recipe_of(folder), pages[:1], None)
+    assert inputs.samples is not None
+    short = ForwardInputs(
+        inputs.input_ids,
+        inputs.attention_mask,
+        None,
+        inputs.aux,
+        inputs.lengths,
+        False,
+        samples=[inputs.samples[0][:-8]],
+    )
+    ids, _ = adapter._left_padded(short, range(1))
+    with pytest.raises(ValueError, match="image tokens"):
+        adapter.page_inputs(short, range(1), ids)
+
+
+def test_a_folder_without_pixel_bounds_gets_the_processors_and_size_is_read_too(
+    folder: Path, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    settings = json.loads((copy / "preprocessor_config.json").read_text())
+    bare = {k: v for k, v in settings.items() if k not in ("min_pixels", "max_pixels")}
+    (copy / "preprocessor_config.json").write_text(json.dumps(bare))
+    assert (paddle_pages(copy).min_pixels, paddle_pages(copy).max_pixels) == (384 * 384, 1536 * 1536)
+    sized = {**bare, "size": {"shortest_edge": 56 * 56, "longest_edge": 200 * 200}}
+    (copy / "preprocessor_config.json").write_text(json.dumps(sized))
+    assert (paddle_pages(copy).min_pixels, paddle_pages(copy).max_pixels) == (56 * 56, 200 * 200)
+    (copy / "preprocessor_config.json").write_text(json.dumps({**sized, "max_pixels": 10}))
+    with pytest.raises(PageConfigError, match="pixel counts"):
+        paddle_pages(copy)
+
+
+def test_tasks_pick_the_prompt_and_the_label(folder: Path) -> None:
+    prompts = recipe_of(folder).prompts
+    assert [prompts.task(None, "t"), prompts.task("chart", "t")] == ["ocr", "chart"]
+    assert [prompts.label(t) for t in ("ocr", "table", "formula", "chart", "spotting", "seal")] == [
+        *["markdown"] * 4,
+        "spotting",
+        "seal",
+    ]
+    for bad in ("OCR", "layout", 3):
+        with pytest.raises(InvalidInput, match=r"options\.task"):
+            prompts.task(bad, "options.task")
