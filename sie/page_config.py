@@ -13,10 +13,10 @@ the pixels it gets (sie.gpu_proc.adapters.clip.PixelNormalizer) before the visio
 - LightOnOCR (Pixtral's image processor): each page keeps its aspect, scaled down (never up) so no
   side exceeds `size.longest_edge`, then each side rounded up to whole patches, bicubic; a prompt
   token stands for a patch_size x spatial_merge_size square.
-- GLM-OCR (Glm46VImageProcessor) and PaddleOCR-VL (PaddleOCRVLImageProcessor): Qwen2-VL's rule with
-  the folder's own bounds (`size.shortest_edge` and `size.longest_edge` are pixel counts; GLM's count
-  a still page once per temporal patch), a side under one token scaled up first (each processor
-  its own way), bicubic.
+- LightOnOCR-3 (Qwen2VLImageProcessor), GLM-OCR (Glm46VImageProcessor) and PaddleOCR-VL
+  (PaddleOCRVLImageProcessor): Qwen2-VL's rule with the folder's own bounds (`size.shortest_edge`
+  and `size.longest_edge` are pixel counts; GLM's count a still page once per temporal patch); GLM
+  and PaddleOCR-VL first scale a side under one token up, each its own way; bicubic.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ QWEN_MAX_PIXELS = 768 * 28 * 28
 # The processors' own bounds, for a folder that gives none.
 GLM_DEFAULT_SIZE = {"shortest_edge": 112 * 112, "longest_edge": 28 * 28 * 15000}
 PADDLE_DEFAULT_SIZE = {"shortest_edge": 384 * 384, "longest_edge": 1536 * 1536}
+QWEN_DEFAULT_SIZE = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 1280}
 IDEFICS3_MAX_SIDE = 4096  # Idefics3's bound on a resized side
 LANCZOS = 1
 Triple = tuple[float, float, float]
@@ -190,25 +191,34 @@ class PixtralPages:
 
 @dataclass(frozen=True, slots=True)
 class GridPages:
-    """GLM-OCR's and PaddleOCR-VL's page sizes: Qwen2-VL's grid, the folder's pixel bounds."""
+    """GLM-OCR's, PaddleOCR-VL's and LightOnOCR-3's page sizes: Qwen2-VL's grid, the folder's pixel
+    bounds."""
 
     patch_size: int
     merge_size: int
-    frames: int  # the vision tower's temporal patch: the budget counts a still page this often
+    temporal_patch: int  # the vision tower's: a still page is repeated over it
     min_pixels: int
     max_pixels: int
     pixels: ImageSpec  # the rescale and normalization (its height and width: the largest square page)
-    upscale: Literal["glm", "paddle"]  # how a side under one token is raised
+    rule: Literal["qwen", "glm", "paddle"]  # Qwen2-VL's smart_resize, or GLM's or PaddleOCR-VL's
 
     @property
     def factor(self) -> int:
         return self.patch_size * self.merge_size
 
+    @property
+    def counted_frames(self) -> int:
+        """How often the pixel bounds count a still page: GLM's count it per temporal patch."""
+        return self.temporal_patch if self.rule == "glm" else 1
+
     def resized(self, height: int, width: int) -> tuple[int, int]:
         """(height, width) of the page as the processor resizes it; ValueError for a too-long page."""
-        if self.upscale == "paddle":
-            return paddle_smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
-        return glm_smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels, self.frames)
+        f, least, most = self.factor, self.min_pixels, self.max_pixels
+        if self.rule == "paddle":
+            return paddle_smart_resize(height, width, f, least, most)
+        if self.rule == "glm":
+            return glm_smart_resize(height, width, f, least, most, self.temporal_patch)
+        return smart_resize(height, width, f, least, most)
 
     def image_tokens(self, height: int, width: int) -> int:
         return (height // self.patch_size) * (width // self.patch_size) // self.merge_size**2
@@ -217,8 +227,8 @@ class GridPages:
     def largest_area(self) -> int:
         """A bound on a resized page's pixels: the budget; a 200:1 page held at one token across;
         a small page scaled up to the least budget, each side then rounded up."""
-        f, aspect = self.factor, MAX_ASPECT_RATIO
-        budget, least = self.max_pixels // self.frames, self.min_pixels // self.frames
+        f, aspect, frames = self.factor, MAX_ASPECT_RATIO, self.counted_frames
+        budget, least = self.max_pixels // frames, self.min_pixels // frames
         narrow = f * (math.isqrt(aspect * budget) + f)
         small = least + f * 2 * math.isqrt(aspect * least + 1) + f * f
         return max(budget, narrow, small)
@@ -298,15 +308,23 @@ def pixtral_pages(folder: Path) -> PixtralPages:
 
 
 def glm_pages(folder: Path) -> GridPages:
-    return _grid_pages(folder, "glm", GLM_DEFAULT_SIZE, default_frames=2)
+    return _grid_pages(folder, "glm", GLM_DEFAULT_SIZE, default_temporal_patch=2)
 
 
 def paddle_pages(folder: Path) -> GridPages:
-    return _grid_pages(folder, "paddle", PADDLE_DEFAULT_SIZE, default_frames=1)
+    return _grid_pages(folder, "paddle", PADDLE_DEFAULT_SIZE, default_temporal_patch=1)
+
+
+def qwen_pages(folder: Path) -> GridPages:
+    return _grid_pages(folder, "qwen", QWEN_DEFAULT_SIZE, default_temporal_patch=2)
 
 
 def _grid_pages(
-    folder: Path, upscale: Literal["glm", "paddle"], default_size: dict[str, int], *, default_frames: int
+    folder: Path,
+    rule: Literal["qwen", "glm", "paddle"],
+    default_size: dict[str, int],
+    *,
+    default_temporal_patch: int,
 ) -> GridPages:
     raw = image_processor_config(folder)
     if not raw.get("do_resize", True):
@@ -323,17 +341,18 @@ def _grid_pages(
             f"(got {size!r})"
         )
     patch_size, merge_size = int(raw.get("patch_size", 14)), int(raw.get("merge_size", 2))
-    frames = int(raw.get("temporal_patch_size", default_frames)) if upscale == "glm" else 1
+    temporal_patch = int(raw.get("temporal_patch_size", default_temporal_patch))
     factor = patch_size * merge_size
-    side = max(factor, math.isqrt(max_pixels // frames) // factor * factor)
+    counted = temporal_patch if rule == "glm" else 1
+    side = max(factor, math.isqrt(max_pixels // counted) // factor * factor)
     return GridPages(
         patch_size=patch_size,
         merge_size=merge_size,
-        frames=frames,
+        temporal_patch=temporal_patch,
         min_pixels=min_pixels,
         max_pixels=max_pixels,
         pixels=_normalization(raw, side, int(raw.get("resample", BICUBIC)), (CLIP_MEAN, CLIP_STD)),
-        upscale=upscale,
+        rule=rule,
     )
 
 

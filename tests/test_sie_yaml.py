@@ -621,6 +621,30 @@ def test_paddleocr_vl_reads_its_tasks_and_refuses_unknown_ones() -> None:
             translate(bad, "test.yaml")
 
 
+def test_lighton_ocr_3_reads_its_sampling_and_its_instructions() -> None:
+    native = "sie_server.adapters.lighton_ocr.adapter:LightOnOCR3Adapter"
+    loadtime = {"max_new_tokens": 12288, "temperature": 0.1, "top_p": 1.0}
+    loadtime |= {"chat_template_kwargs": {"enable_thinking": False}, "allowed_instructions": ["grounding"]}
+    raw = _sie(
+        {"default": {"adapter_path": native, "adapter_options": {"loadtime": loadtime, "runtime": {}}}},
+        tasks={"encode": None, "score": None, "extract": {}},
+    )
+    config = _config(raw)
+    assert (config.family, config.profile().adapter_options.loadtime) == ("lighton_ocr3", loadtime)
+    for key, value, named in [
+        ("temperature", 0, "temperature 0"),
+        ("temperature", 10**400, "temperature"),
+        ("top_p", 1.5, "top_p 1.5"),
+        ("max_new_tokens", -1, "max_new_tokens"),
+        ("chat_template_kwargs", {"enable_thinking": [1]}, "chat_template_kwargs"),
+        ("allowed_instructions", "grounding", "allowed_instructions"),
+    ]:
+        bad = copy.deepcopy(raw)
+        bad["profiles"]["default"]["adapter_options"]["loadtime"][key] = value
+        with pytest.raises(ModelConfigError, match=named):
+            translate(bad, "test.yaml")
+
+
 def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     sglang = "sie_server.adapters.sglang_vision_extract.adapter:SGLangVisionExtractAdapter"
     native = "sie_server.adapters.lighton_ocr.adapter:LightOnOCRAdapter"
@@ -644,9 +668,12 @@ def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     glm = copy.deepcopy(raw)
     glm.update(sie_id="zai-org/GLM-OCR", hf_id="zai-org/GLM-OCR")
     assert _config(glm).family == "glm_ocr"
+    third = copy.deepcopy(raw)
+    third.update(sie_id="lightonai/LightOnOCR-3-4B", hf_id="lightonai/LightOnOCR-3-4B")
+    assert _config(third).family == "lighton_ocr3"
     other = copy.deepcopy(raw)
-    other.update(sie_id="lightonai/LightOnOCR-3-4B", hf_id="lightonai/LightOnOCR-3-4B")
-    with pytest.raises(ModelConfigError, match="LightOnOCR-2, GLM-OCR and PaddleOCR-VL are"):
+    other.update(sie_id="opendatalab/MinerU2.5-Pro-2604-1.2B", hf_id="opendatalab/MinerU2.5-Pro-2604-1.2B")
+    with pytest.raises(ModelConfigError, match="LightOnOCR-2 and -3, GLM-OCR and PaddleOCR-VL are"):
         translate(other, "test.yaml")
     beams = copy.deepcopy(raw)
     beams["profiles"]["default"]["adapter_options"]["runtime"]["num_beams"] = 4

@@ -42,6 +42,7 @@ _SPEC_MODULES = (
     "parakeet",
     "florence2",
     "lighton_ocr",
+    "lighton_ocr3",
     "glm_ocr",
     "paddleocr_vl",
     "qwen3_vl_embedding",

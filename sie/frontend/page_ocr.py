@@ -43,24 +43,42 @@ class PageTokens:
 
 
 @dataclass(frozen=True, slots=True)
-class Prompts:
-    """A profile's prompts: the family's, as its loadtime options amend them."""
+class OcrProfile:
+    """A profile's prompts and decoding: the family's, as its loadtime options amend them."""
 
     system: str | None
     default: str | None  # the text after the page when a request gives no instruction or task
     tasks: Mapping[str, str]  # task -> its prompt (empty: the family has no tasks)
     labels: Mapping[str, str]  # task -> its entities' label, when not "markdown"
     default_task: str | None
+    instructions: frozenset[str] | None  # the only instructions the model takes (None: any)
+    template_kwargs: Mapping[str, Any]  # passed to the chat template (enable_thinking)
+    temperature: float  # the profile's sampling (0: greedy), which a request may change
+    top_p: float
+    max_new_tokens: int | None  # the loadtime ceiling, when the profile's runtime sets none
 
     @classmethod
-    def of(cls, family: OcrFamily, loadtime: Mapping[str, Any]) -> Prompts:
+    def of(cls, family: OcrFamily, loadtime: Mapping[str, Any]) -> OcrProfile:
+        allowed = loadtime.get("allowed_instructions")
         return cls(
             system=loadtime.get("system_prompt", family.system_prompt),
             default=loadtime.get("default_prompt", family.default_prompt),
             tasks={**family.task_prompts, **loadtime.get("task_prompts", {})},
             labels={**family.task_labels, **loadtime.get("task_labels", {})},
             default_task=loadtime.get("default_task", family.default_task),
+            instructions=family.instructions if allowed is None else frozenset(allowed),
+            template_kwargs={**family.template_kwargs, **loadtime.get("chat_template_kwargs", {})},
+            temperature=float(loadtime.get("temperature", family.temperature)),
+            top_p=float(loadtime.get("top_p", family.top_p)),
+            max_new_tokens=loadtime.get("max_new_tokens"),
         )
+
+    def check_instruction(self, instruction: str | None, family: str) -> None:
+        if instruction and self.instructions is not None and instruction not in self.instructions:
+            named = ", ".join(repr(i) for i in sorted(self.instructions))
+            raise InvalidInput(
+                f"params.instruction: {family} reads a page alone or with {named}, nothing else"
+            )
 
     def task(self, requested: object, where: str) -> str | None:
         """The request's task (None for a family without tasks); a 400 for one it does not have."""
@@ -85,7 +103,7 @@ class PageOcrRecipe:
         pages: PageLayout,
         image_token_id: int,
         specials: dict[str, str],
-        prompts: Prompts,
+        profile: OcrProfile,
         *,
         clean_up: bool = False,
     ) -> None:
@@ -99,7 +117,7 @@ class PageOcrRecipe:
         self._specials = specials
         self.pages = pages
         self.image_token_id = image_token_id
-        self.prompts = prompts
+        self.profile = profile
         self.clean_up = clean_up
         added = tokenizer.get_added_tokens_decoder().values()
         # What an instruction may not hold: the tokens that steer the template or stand for images.
@@ -114,7 +132,7 @@ class PageOcrRecipe:
             raise ValueError(f"{folder} has no chat template")
         settings = read_json_object(folder / "tokenizer_config.json")
         specials = {role: token_content(settings.get(role)) for role in _SPECIAL_ROLES}
-        prompts = Prompts.of(family, config.profile(profile).adapter_options.loadtime)
+        chosen = OcrProfile.of(family, config.profile(profile).adapter_options.loadtime)
         tokenizer = Tokenizer.from_file(str(resolve_tokenizer_file(config)))
         present = {role: token for role, token in specials.items() if token is not None}
         clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
@@ -124,19 +142,19 @@ class PageOcrRecipe:
             family.pages(folder),
             image_token_id(folder),
             present,
-            prompts,
+            chosen,
             clean_up=clean_up,
         )
 
     def conversation(self, instruction: str | None, task: str | None = None) -> list[dict[str, Any]]:
         """SIE's: the system turn if any, then the page and the instruction, else the task's prompt,
         else the default prompt."""
-        prompts = self.prompts
+        chosen = self.profile
         content: list[dict[str, str]] = [{"type": "image"}]
-        text = instruction or (prompts.tasks[task] if task is not None else prompts.default)
+        text = instruction or (chosen.tasks[task] if task is not None else chosen.default)
         if text:
             content.append({"type": "text", "text": text})
-        system = [{"role": "system", "content": prompts.system}] if prompts.system else []
+        system = [{"role": "system", "content": chosen.system}] if chosen.system else []
         return [*system, {"role": "user", "content": content}]
 
     def prompt(self, instruction: str | None, where: str, task: str | None = None) -> str:
@@ -147,6 +165,7 @@ class PageOcrRecipe:
             chat_template=self._template,
             add_generation_prompt=True,
             **self._specials,
+            **self.profile.template_kwargs,
         )
         return str(rendered[0])
 

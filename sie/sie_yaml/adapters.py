@@ -117,14 +117,15 @@ ADAPTERS: dict[str, AdapterRule] = {
     "SGLangGenerationAdapter": refused(NO_GENERATION),
     "SGLangGemmaAdapter": refused(NO_GENERATION),
     "SGLangCuda13Adapter": refused(NO_GENERATION),
-    # SIE runs LightOnOCR-2, GLM-OCR and PaddleOCR-VL on SGLang by default and on transformers in
+    # SIE runs LightOnOCR-2 and -3, GLM-OCR and PaddleOCR-VL on SGLang by default and on transformers in
     # their `transformers` profiles, to the same contract; here both profiles run on transformers.
     "SGLangVisionExtractAdapter": AdapterRule(
         None,
         "OCR by this vision-language model is not served here "
-        "(of SIE's SGLang OCR models, LightOnOCR-2, GLM-OCR and PaddleOCR-VL are)",
+        "(of SIE's SGLang OCR models, LightOnOCR-2 and -3, GLM-OCR and PaddleOCR-VL are)",
         by_id={
             "lightonai/LightOnOCR-2-1B": "lighton_ocr",
+            "lightonai/LightOnOCR-3-4B": "lighton_ocr3",
             "zai-org/GLM-OCR": "glm_ocr",
             "PaddlePaddle/PaddleOCR-VL-1.5": "paddleocr_vl",
         },
@@ -132,9 +133,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "LightOnOCRAdapter": _family("lighton_ocr"),
     "GlmOcrAdapter": _family("glm_ocr"),
     "PaddleOCRVLAdapter": _family("paddleocr_vl"),
-    "LightOnOCR3Adapter": refused(
-        "LightOnOCR-3 (Qwen3.5, transcribing by sampling at temperature 0.1) is not served here"
-    ),
+    "LightOnOCR3Adapter": _family("lighton_ocr3"),
 }
 
 NV_EMBED = (

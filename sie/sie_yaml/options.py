@@ -176,7 +176,7 @@ def _context_pruner_loadtime(
             raise Refused(f"loadtime.{key} {value!r} is not a path or a Hub id")
         loadtime[key] = value
     elif key in ("hidden_size", "intermediate_size"):
-        loadtime[key] = _positive_length(value)
+        loadtime[key] = _positive_length(value, f"loadtime.{key}")
     elif key == "dropout":
         notes.append(f"profile '{profile}': loadtime.dropout has no effect at inference")
     else:
@@ -196,7 +196,7 @@ def _privacy_filter_loadtime(key: str, value: Any, loadtime: dict[str, Any]) -> 
             raise Refused(f"loadtime.trim_span_whitespace {value!r} is not a boolean")
         loadtime[key] = value
     elif key == "window_tokens":
-        loadtime[key] = _positive_length(value)
+        loadtime[key] = _positive_length(value, f"loadtime.{key}")
     else:
         return False
     return True
@@ -216,8 +216,8 @@ def _page_ocr_loadtime(
     profile: str,
     family_tasks: tuple[str, ...],
 ) -> bool:
-    """The system prompt (the conversation's first turn), the text after the page when a request
-    gives no instruction, and SIE's SGLang settings, noted."""
+    """The prompts (system turn, default text, tasks, the instructions allowed, chat template
+    arguments), the decoding (temperature, top_p, most new tokens), and SIE's SGLang settings, noted."""
     if key in ("system_prompt", "default_prompt"):
         if not isinstance(value, str):
             raise Refused(f"loadtime.{key} {value!r} is not a string")
@@ -235,6 +235,25 @@ def _page_ocr_loadtime(
         loadtime[key] = value
     elif key == "processor_use_fast":
         notes.append(f"profile '{profile}': loadtime.processor_use_fast: pages are resized here with Pillow")
+    elif key in ("temperature", "top_p"):
+        ceiling = 1 if key == "top_p" else 1e6
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= ceiling:
+            raise Refused(f"loadtime.{key} {value!r} is not a positive number (top_p at most 1)")
+        loadtime[key] = float(value)
+    elif key == "max_new_tokens":
+        loadtime[key] = _positive_length(value, f"loadtime.{key}")
+    elif key == "chat_template_kwargs":
+        if not isinstance(value, dict) or not all(
+            isinstance(v, str | int | float | bool) for v in value.values()
+        ):
+            raise Refused(
+                f"loadtime.chat_template_kwargs {value!r} is not a mapping of names to plain values"
+            )
+        loadtime[key] = dict(value)
+    elif key == "allowed_instructions":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise Refused(f"loadtime.allowed_instructions {value!r} is not a list of instructions")
+        loadtime[key] = list(value)
     elif key in _SGLANG_SERVER:
         notes.append(f"profile '{profile}': loadtime.{key} is SIE's SGLang server setting, no effect here")
     else:
@@ -322,9 +341,9 @@ def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _positive_length(value: Any) -> int:
+def _positive_length(value: Any, key: str = "max_seq_length") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise Refused(f"max_seq_length {value!r} is not a positive integer")
+        raise Refused(f"{key} {value!r} is not a positive integer")
     return value
 
 

@@ -13,7 +13,6 @@ import torch
 from PIL import Image
 from transformers.models.glm46v.image_processing_pil_glm46v import smart_resize as reference_resize
 
-from sie.frontend.media.submit import as_words
 from sie.frontend.page_ocr import PageOcrRecipe
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
@@ -21,6 +20,7 @@ from sie.gpu_proc.adapters.glm_ocr import GlmOcrAdapter
 from sie.model_config import parse_model_config
 from sie.page_config import PageConfigError, glm_pages
 from sie.page_ocr import GLM_OCR, HEADER
+from tests.gpu_proc.page_ocr_inputs import forward_inputs
 from tests.tiny_models.glm_ocr import MAX_PIXELS, MIN_PIXELS, Reference, make_glm_ocr, model_yaml_glm_ocr
 
 # (width, height): over the budget, under it, a side under one token, tall, square, odd sides.
@@ -51,24 +51,6 @@ def adapter_of(folder: Path) -> GlmOcrAdapter:
     adapter = load_adapter(parse_model_config(model_yaml_glm_ocr("tiny/glm", folder)), folder, "cpu")
     assert isinstance(adapter, GlmOcrAdapter)
     return adapter
-
-
-def forward_inputs(recipe: PageOcrRecipe, pages: list[Image.Image], instruction: str | None) -> ForwardInputs:
-    """The items as the runner hands them over: header and prompt, right-padded, bytes as samples."""
-    prompt = recipe.prompt(instruction, "test")
-    tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
-    rows = [np.concatenate([[7], t.input_ids]) for t in tokens]
-    aux_rows = [np.concatenate([[0], t.aux]) for t in tokens]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.int64)
-    aux = torch.zeros((len(rows), width), dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for i, (row, extra) in enumerate(zip(rows, aux_rows, strict=True)):
-        ids[i, : len(row)] = torch.from_numpy(row)
-        aux[i, : len(row)] = torch.from_numpy(extra)
-        mask[i, : len(row)] = 1
-    samples = [torch.from_numpy(as_words([t.pixels]).copy()) for t in tokens]
-    return ForwardInputs(ids, mask, None, aux, [len(r) for r in rows], False, samples=samples)
 
 
 @pytest.mark.parametrize("instruction", [None, "Table Recognition:"])

@@ -8,10 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
-from sie.frontend.media.submit import as_words
 from sie.frontend.page_ocr import PageOcrRecipe
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
@@ -19,6 +17,7 @@ from sie.gpu_proc.adapters.lighton_ocr import LightOnOcrAdapter
 from sie.model_config import parse_model_config
 from sie.page_config import pixtral_pages
 from sie.page_ocr import HEADER, LIGHTON_OCR
+from tests.gpu_proc.page_ocr_inputs import forward_inputs
 from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr, model_yaml_lighton_ocr
 
 SYSTEM = "You are an OCR engine. Return the markdown representation of the document."
@@ -39,26 +38,6 @@ def pages() -> list[Image.Image]:
 def recipe_of(folder: Path) -> PageOcrRecipe:
     config = parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder))
     return PageOcrRecipe.for_model(config, LIGHTON_OCR)
-
-
-def forward_inputs(recipe: PageOcrRecipe, pages: list[Image.Image], instruction: str | None) -> ForwardInputs:
-    """The items as the runner hands them over: header and prompt, right-padded, bytes as samples."""
-    prompt = recipe.prompt(instruction, "test")
-    tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
-    rows = [np.concatenate([[7], t.input_ids]) for t in tokens]
-    aux_rows = [np.concatenate([[0], t.aux]) for t in tokens]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.int64)
-    aux = torch.zeros((len(rows), width), dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for i, (row, extra) in enumerate(zip(rows, aux_rows, strict=True)):
-        ids[i, : len(row)], aux[i, : len(row)], mask[i, : len(row)] = (
-            torch.from_numpy(row),
-            torch.from_numpy(extra),
-            1,
-        )
-    samples = [torch.from_numpy(as_words([t.pixels]).copy()) for t in tokens]
-    return ForwardInputs(ids, mask, None, aux, [len(r) for r in rows], False, samples=samples)
 
 
 def test_prompt_ids_match_the_processor(folder: Path, pages: list[Image.Image]) -> None:

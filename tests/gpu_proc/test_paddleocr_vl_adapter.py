@@ -16,7 +16,6 @@ from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import (
 )
 
 from sie.errors import InvalidInput
-from sie.frontend.media.submit import as_words
 from sie.frontend.page_ocr import PageOcrRecipe
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
@@ -24,6 +23,7 @@ from sie.gpu_proc.adapters.paddleocr_vl import PaddleOcrVlAdapter
 from sie.model_config import parse_model_config
 from sie.page_config import PageConfigError, paddle_pages
 from sie.page_ocr import HEADER, PADDLEOCR_VL
+from tests.gpu_proc.page_ocr_inputs import forward_inputs
 from tests.tiny_models.paddleocr_vl import (
     MAX_PIXELS,
     MIN_PIXELS,
@@ -64,27 +64,6 @@ def adapter_of(folder: Path) -> PaddleOcrVlAdapter:
     return adapter
 
 
-def forward_inputs(
-    recipe: PageOcrRecipe, pages: list[Image.Image], instruction: str | None, task: str | None = None
-) -> ForwardInputs:
-    """The items as the runner hands them over: header and prompt, right-padded, bytes as samples."""
-    prompt = recipe.prompt(instruction, "test", recipe.prompts.task(task, "test"))
-    tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
-    # The header (max new tokens) set to the image token's id: the device must not read it as one.
-    rows = [np.concatenate([[recipe.image_token_id], t.input_ids]) for t in tokens]
-    aux_rows = [np.concatenate([[0], t.aux]) for t in tokens]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.int64)
-    aux = torch.zeros((len(rows), width), dtype=torch.int64)
-    mask = torch.zeros((len(rows), width), dtype=torch.int64)
-    for i, (row, extra) in enumerate(zip(rows, aux_rows, strict=True)):
-        ids[i, : len(row)] = torch.from_numpy(row)
-        aux[i, : len(row)] = torch.from_numpy(extra)
-        mask[i, : len(row)] = 1
-    samples = [torch.from_numpy(as_words([t.pixels]).copy()) for t in tokens]
-    return ForwardInputs(ids, mask, None, aux, [len(r) for r in rows], False, samples=samples)
-
-
 @pytest.mark.parametrize(("instruction", "task"), [(None, None), (None, "seal"), ("Read the table.", "ocr")])
 def test_prompt_ids_match_the_processor(
     folder: Path,
@@ -104,7 +83,9 @@ def test_patches_grids_and_token_types_match_the_processor(
     folder: Path, reference: Reference, pages: list[Image.Image]
 ) -> None:
     adapter = adapter_of(folder)
-    inputs = forward_inputs(recipe_of(folder), pages, None)
+    # max_new_tokens equal to the image token's id: the device must not read the header as one.
+    recipe = recipe_of(folder)
+    inputs = forward_inputs(recipe, pages, None, max_new_tokens=recipe.image_token_id)
     part = range(len(pages))
     ids, _ = adapter._left_padded(inputs, part)
     got = adapter.page_inputs(inputs, part, ids)
@@ -174,7 +155,7 @@ def test_a_folder_without_pixel_bounds_gets_the_processors_and_size_is_read_too(
 
 
 def test_tasks_pick_the_prompt_and_the_label(folder: Path) -> None:
-    prompts = recipe_of(folder).prompts
+    prompts = recipe_of(folder).profile
     assert [prompts.task(None, "t"), prompts.task("chart", "t")] == ["ocr", "chart"]
     assert [prompts.label(t) for t in ("ocr", "table", "formula", "chart", "spotting", "seal")] == [
         *["markdown"] * 4,

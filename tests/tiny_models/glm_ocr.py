@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.tiny_models.bpe import byte_level_bpe
+from tests.tiny_models.processors import images_only
 
 SPECIALS = [
     "<|endoftext|>",
@@ -127,19 +128,6 @@ def make_glm_ocr(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-def _pages_processor() -> Any:
-    from transformers import Glm46VProcessor
-
-    class PagesProcessor(Glm46VProcessor):  # type: ignore[misc]
-        """Glm46VProcessor without its video processor, which needs torchvision (not installed)."""
-
-        @classmethod
-        def get_attributes(cls) -> list[str]:
-            return ["image_processor", "tokenizer"]
-
-    return PagesProcessor
-
-
 class Reference:
     """transformers' processor and `generate`, one page per call."""
 
@@ -151,7 +139,7 @@ class Reference:
             k: v for k, v in PROCESSOR.items() if k not in ("image_processor_type", "processor_class")
         }
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-        self.processor = _pages_processor()(
+        self.processor = images_only(transformers.Glm46VProcessor)(
             image_processor=Glm46VImageProcessorPil(**settings),
             tokenizer=tokenizer,
             chat_template=CHAT_TEMPLATE,

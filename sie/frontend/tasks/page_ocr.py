@@ -1,9 +1,9 @@
-"""The extract task for the page OCR models (LightOnOCR-2, GLM-OCR, PaddleOCR-VL): each item's page
-transcribed (to Markdown, or PaddleOCR-VL's spotting and seal text), one entity per item.
+"""The extract task for the page OCR models (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL): each item's
+page transcribed (to Markdown, or PaddleOCR-VL's spotting and seal text), one entity per item.
 
 Each item carries one page image. Its prompt (sie.frontend.page_ocr) goes after a generation
-header (the item's max new tokens: `sie.page_ocr.HEADER`), and the batch key carries the header,
-so a device batch shares it. The page travels as its resized RGB bytes in the message's sample
+header (max new tokens, temperature, top_p: `sie.page_ocr.Generation`), and the batch key carries
+the header, so a device batch shares it. The page travels as its resized RGB bytes in the message's sample
 section, its width in pixels in `aux` on its image tokens. The device returns the generated ids,
 decoded here.
 """
@@ -11,22 +11,25 @@ decoded here.
 from __future__ import annotations
 
 import asyncio
+import io
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from sie.errors import InvalidInput
 from sie.frontend.media.images import decode_image
 from sie.frontend.media.submit import Prepared, pixel_rows_batch, submit_units
-from sie.frontend.page_ocr import PageOcrRecipe
+from sie.frontend.page_ocr import OcrProfile, PageOcrRecipe
 from sie.frontend.pipeline import admit
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, image_units
 from sie.frontend.wire import Item
-from sie.page_ocr import GLM_OCR, LIGHTON_OCR, PADDLEOCR_VL, OcrFamily
+from sie.page_ocr import GLM_OCR, LIGHTON_OCR, LIGHTON_OCR3, PADDLEOCR_VL, Generation, OcrFamily
 from sie.shm.layout import Op, ResultKind
 
 _TOKEN_BYTES = 8  # an id and its aux value
@@ -34,6 +37,10 @@ _TOKEN_BYTES = 8  # an id and its aux value
 
 async def run_lighton_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     return await _run(state, target, job, LIGHTON_OCR)
+
+
+async def run_lighton_ocr3(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    return await _run(state, target, job, LIGHTON_OCR3)
 
 
 async def run_glm_ocr(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
@@ -54,18 +61,21 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
         f"page_ocr:{profile}",
         lambda _: PageOcrRecipe.for_model(config, family, profile),
     )
-    max_new_tokens = _max_new_tokens(job.options, target.runtime.max_new_tokens or family.max_new_tokens)
+    ceiling = target.runtime.max_new_tokens or model.profile.max_new_tokens or family.max_new_tokens
+    max_new_tokens = _max_new_tokens(job.options, ceiling)
     if job.options.get("num_beams", 1) != 1:
-        raise InvalidInput(f"options.num_beams: {family.name} decodes greedily here (num_beams 1)")
+        raise InvalidInput(f"options.num_beams: {family.name} decodes with one beam (num_beams 1)")
+    generation = _generation(job.options, max_new_tokens, model.profile)
     instruction = instruction_of(job)
-    task = model.prompts.task(job.options.get("task", target.runtime.task), "options.task")
-    label = model.prompts.label(task)
+    model.profile.check_instruction(instruction, family.name)
+    task = model.profile.task(job.options.get("task", target.runtime.task), "options.task")
+    label = model.profile.label(task)
     units = _units(job.items, family)
     prompt = model.prompt(instruction, "params.instruction", task)
     admit(state, target, len(units))
-    slot, key = target.slot, config_key(target.profile_name, f"max_new_tokens={max_new_tokens}")
+    slot, key = target.slot, config_key(target.profile_name, generation.key())
     max_pixels = state.settings.max_image_pixels
-    header = np.array([max_new_tokens], np.int32)
+    header = generation.header()
 
     def prepare(part: Sequence[ImageUnit]) -> Prepared:
         pages = []
@@ -83,9 +93,8 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
         )
         return Prepared(batch, [page.text_tokens for page in pages])
 
-    # The largest page's bytes and image tokens bound an item.
-    pages = model.pages
-    page_bytes = pages.largest_area * 3 + _TOKEN_BYTES * (len(prompt.encode()) + pages.most_image_tokens)
+    # Each page's size read from its header bounds its message share (the largest page otherwise).
+    page_bytes = await state.media.run(_largest_page_bytes, model, units, len(prompt.encode()))
     submitted = await submit_units(state, units, page_bytes, prepare)
     texts = [
         model.text(row[:, 0].astype(np.int64).tolist())
@@ -102,9 +111,48 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
     )
 
 
+def _largest_page_bytes(model: PageOcrRecipe, units: Sequence[ImageUnit], prompt_bytes: int) -> int:
+    """A bound on any item's message bytes: its resized pixels and an id and aux value for each
+    prompt byte (a token is one byte at least) and each image token."""
+    pages = model.pages
+    largest = 0
+    for unit in units:
+        try:
+            width, height = Image.open(io.BytesIO(unit.data)).size
+            new_h, new_w = pages.resized(height, width)
+            area, tokens = new_h * new_w, pages.image_tokens(new_h, new_w)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            area, tokens = pages.largest_area, pages.most_image_tokens  # the decode reports the error
+        largest = max(largest, area * 3 + _TOKEN_BYTES * (prompt_bytes + tokens))
+    return largest
+
+
 def _transcript(text: str, label: str) -> dict[str, Any]:
     """SIE's entity for a page: its transcript, edge whitespace trimmed, no offsets."""
     return {"text": text.strip(), "label": label, "score": 1.0, "start": None, "end": None, "bbox": None}
+
+
+def _generation(options: dict[str, Any], max_new_tokens: int, chosen: OcrProfile) -> Generation:
+    """Greedy, or (for a profile that samples) sampling at the request's or the profile's
+    temperature and top_p."""
+    if chosen.temperature <= 0:
+        return Generation(max_new_tokens)
+    temperature = _positive(options.get("temperature", chosen.temperature), "options.temperature")
+    top_p = _positive(options.get("top_p", chosen.top_p), "options.top_p")
+    if top_p > 1:
+        raise InvalidInput("options.top_p must be at most 1")
+    return Generation(max_new_tokens, temperature, top_p)
+
+
+def _positive(value: object, where: str) -> float:
+    """A positive finite number as a float (a JSON integer too large for one is refused, not raised)."""
+    try:
+        number = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not 0 < number < math.inf:
+        raise InvalidInput(f"{where} must be a positive finite number")
+    return number
 
 
 def _max_new_tokens(options: dict[str, Any], ceiling: int) -> int:

@@ -1,18 +1,13 @@
 """GLM-OCR: transformers' `GlmOcrForConditionalGeneration` (a CogViT vision tower, a GLM decoder
-with 3D rotary positions) reading pages on Qwen2-VL's grid (sie.gpu_proc.adapters.page_ocr): each
-page cut into Qwen2-VL's flat patches, a still page repeated over the tower's temporal patch.
-"""
+with 3D rotary positions) reading pages on Qwen2-VL's grid (sie.gpu_proc.adapters.page_ocr)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from sie.gpu_proc.adapters.common import load_model
 from sie.gpu_proc.adapters.page_ocr import GridPageGenerator
-from sie.gpu_proc.adapters.qwen_patches import flat_patches
 from sie.page_config import glm_pages
 from sie.page_ocr import image_token_id
 
@@ -29,7 +24,3 @@ class GlmOcrAdapter(GridPageGenerator):
 
         model = load_model(GlmOcrForConditionalGeneration, config, weights_dir, device, profile)
         return cls(model, glm_pages(weights_dir), image_token_id(weights_dir), name=config.sie_id)
-
-    def cut(self, page: torch.Tensor) -> torch.Tensor:
-        grid = self.grid
-        return flat_patches(page.unsqueeze(0), grid.patch_size, grid.merge_size, grid.frames)

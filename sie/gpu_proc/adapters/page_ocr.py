@@ -4,8 +4,8 @@ generated ids out.
 The frontend (sie.frontend.tasks.page_ocr) sends each item's generation header, then its prompt with
 the image token already expanded, `aux` holding the page's width in pixels on those tokens, and the
 resized page's RGB bytes in the sample section. Here the prompts are left-padded, each architecture
-turns its pages into what its model reads (`page_inputs`), and `generate` decodes greedily, a few
-pages at a time.
+turns its pages into what its model reads (`page_inputs`), and `generate` decodes greedily or
+samples, as the header says, a few pages at a time.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import torch
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
 from sie.gpu_proc.adapters.common import HeldModel, generated_tokens, without_padding
+from sie.gpu_proc.adapters.qwen_patches import flat_patches
 from sie.gpu_proc.outputs import Output
-from sie.page_ocr import HEADER
+from sie.page_ocr import HEADER, Generation
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
@@ -57,7 +58,10 @@ class PageOcrGenerator(HeldModel):
         model: Any = self._live()
         if inputs.samples is None or inputs.aux is None:
             raise ValueError("page OCR items need their page bytes and its width in aux")
-        max_new_tokens = int(inputs.input_ids[0, 0])
+        generation = Generation.from_header(inputs.input_ids[0, :HEADER].tolist())
+        decoding: dict[str, Any] = {"do_sample": False}
+        if generation.temperature > 0:
+            decoding = {"do_sample": True, "temperature": generation.temperature, "top_p": generation.top_p}
         rows: list[list[int]] = []
         for start in range(0, len(inputs.lengths), MAX_PAGES_PER_GENERATE):
             part = range(start, min(start + MAX_PAGES_PER_GENERATE, len(inputs.lengths)))
@@ -68,8 +72,8 @@ class PageOcrGenerator(HeldModel):
                     input_ids=ids,
                     attention_mask=mask,
                     **images,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
+                    **decoding,
+                    max_new_tokens=generation.max_new_tokens,
                     num_beams=1,
                     pad_token_id=self.pad_token_id,
                 )
@@ -106,7 +110,7 @@ class PageOcrGenerator(HeldModel):
 
 
 class GridPageGenerator(PageOcrGenerator):
-    """Pages on Qwen2-VL's grid (GLM-OCR, PaddleOCR-VL): each cut into patches (`cut`), with its
+    """Pages on Qwen2-VL's grid (LightOnOCR-3, GLM-OCR, PaddleOCR-VL): each cut into patches, with its
     (1, rows, columns) patch grid and the token types that mark the image tokens, from which the
     model places its 3D rotary positions."""
 
@@ -115,8 +119,10 @@ class GridPageGenerator(PageOcrGenerator):
         self.grid = pages
 
     def cut(self, page: torch.Tensor) -> torch.Tensor:
-        """A normalized page [3, H, W] as the rows of patches its model reads."""
-        raise NotImplementedError
+        """A normalized page [3, H, W] as the rows of patches its model reads: Qwen2-VL's flat
+        patches, the still page repeated over the tower's temporal patch."""
+        grid = self.grid
+        return flat_patches(page.unsqueeze(0), grid.patch_size, grid.merge_size, grid.temporal_patch)
 
     def page_inputs(self, inputs: ForwardInputs, part: range, ids: torch.Tensor) -> dict[str, Any]:
         pixels, grids = self.patches(inputs, part)
