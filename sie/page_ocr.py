@@ -1,5 +1,5 @@
-"""The OCR models that transcribe a page by generating (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL):
-what both sides read. Each item is one page and a chat prompt whose one image token stands for the
+"""The OCR models that transcribe a page by generating (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL,
+MinerU2.5): what both sides read. Each item is one page and a chat prompt whose one image token stands for the
 page; the prompt travels after a generation header (`Generation`), the page as its resized pixels,
 and the device returns the generated ids.
 
@@ -60,6 +60,7 @@ class OcrFamily:
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # for its chat template
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
+    no_repeat_ngram: int | None = None  # a verbatim repeat this long is never generated
 
 
 LIGHTON_OCR = OcrFamily(
@@ -106,11 +107,38 @@ LIGHTON_OCR3 = OcrFamily(
     temperature=0.1,
     top_p=1.0,
 )
+# MinerU's prompts begin with a newline; its labels name the task (bracketed tasks without brackets).
+MINERU_VL = OcrFamily(
+    name="MinerU2.5",
+    system_prompt=None,
+    default_prompt=None,
+    max_new_tokens=4096,
+    pages=qwen_pages,
+    task_prompts={
+        "[default]": "\nText Recognition:",
+        "table": "\nTable Recognition:",
+        "equation": "\nFormula Recognition:",
+        "image": "\nImage Analysis:",
+        "chart": "\nImage Analysis:",
+        "[layout]": "\nLayout Detection:",
+    },
+    task_labels={
+        "[default]": "mineru_text",
+        "table": "mineru_table",
+        "equation": "mineru_equation",
+        "image": "mineru_image",
+        "chart": "mineru_chart",
+        "[layout]": "mineru_layout",
+    },
+    default_task="[default]",
+    no_repeat_ngram=100,  # MinerU's guard against runaway loops, as its transformers backend sets it
+)
 FAMILIES = {
     "lighton_ocr": LIGHTON_OCR,
     "lighton_ocr3": LIGHTON_OCR3,
     "glm_ocr": GLM_OCR,
     "paddleocr_vl": PADDLEOCR_VL,
+    "mineru_vl": MINERU_VL,
 }
 
 

@@ -38,6 +38,7 @@ from tests.tiny_models.laya import model_yaml_laya
 from tests.tiny_models.lighton_ocr import model_yaml_lighton_ocr
 from tests.tiny_models.lighton_ocr3 import model_yaml_lighton_ocr3
 from tests.tiny_models.llm_reranker import model_yaml_llm_reranker
+from tests.tiny_models.mineru_vl import model_yaml_mineru_vl
 from tests.tiny_models.nli import model_yaml_nli
 from tests.tiny_models.owlv2 import model_yaml_owlv2
 from tests.tiny_models.paddleocr_vl import model_yaml_paddleocr_vl
@@ -84,6 +85,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_lighton_ocr3("tiny/lighton-ocr3", NOWHERE),
     model_yaml_glm_ocr("tiny/glm-ocr", NOWHERE),
     model_yaml_paddleocr_vl("tiny/paddleocr-vl", NOWHERE),
+    model_yaml_mineru_vl("tiny/mineru-vl", NOWHERE),
     model_yaml_qwen3_vl_embedding("tiny/qwen3-vl-embedding", NOWHERE),
     model_yaml_qwen3_vl_reranker("tiny/qwen3-vl-reranker", NOWHERE),
     model_yaml_donut("tiny/donut", NOWHERE),

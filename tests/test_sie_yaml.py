@@ -672,7 +672,7 @@ def test_lighton_ocr_2_is_served_from_both_of_sies_profiles() -> None:
     third.update(sie_id="lightonai/LightOnOCR-3-4B", hf_id="lightonai/LightOnOCR-3-4B")
     assert _config(third).family == "lighton_ocr3"
     other = copy.deepcopy(raw)
-    other.update(sie_id="opendatalab/MinerU2.5-Pro-2604-1.2B", hf_id="opendatalab/MinerU2.5-Pro-2604-1.2B")
+    other.update(sie_id="example/another-ocr-vlm", hf_id="example/another-ocr-vlm")
     with pytest.raises(ModelConfigError, match="LightOnOCR-2 and -3, GLM-OCR and PaddleOCR-VL are"):
         translate(other, "test.yaml")
     beams = copy.deepcopy(raw)

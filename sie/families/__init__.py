@@ -45,6 +45,7 @@ _SPEC_MODULES = (
     "lighton_ocr3",
     "glm_ocr",
     "paddleocr_vl",
+    "mineru_vl",
     "qwen3_vl_embedding",
     "qwen3_vl_reranker",
     "donut",

@@ -112,7 +112,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "DonutAdapter": _family("donut"),
     "Florence2Adapter": _family("florence2"),
     "LayaAdapter": _family("laya"),
-    "MinerUVLAdapter": refused(NO_GENERATION),
+    "MinerUVLAdapter": _family("mineru_vl"),
     "CTranslate2GenerationAdapter": refused(NO_GENERATION),
     "SGLangGenerationAdapter": refused(NO_GENERATION),
     "SGLangGemmaAdapter": refused(NO_GENERATION),

@@ -1,5 +1,5 @@
-"""The extract task for the page OCR models (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL): each item's
-page transcribed (to Markdown, or PaddleOCR-VL's spotting and seal text), one entity per item.
+"""The extract task for the page OCR models (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL, MinerU2.5):
+each item's page transcribed (to Markdown, or what its task asks for), one entity per item.
 
 Each item carries one page image. Its prompt (sie.frontend.page_ocr) goes after a generation
 header (max new tokens, temperature, top_p: `sie.page_ocr.Generation`), and the batch key carries
@@ -29,7 +29,15 @@ from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, image_units
 from sie.frontend.wire import Item
-from sie.page_ocr import GLM_OCR, LIGHTON_OCR, LIGHTON_OCR3, PADDLEOCR_VL, Generation, OcrFamily
+from sie.page_ocr import (
+    GLM_OCR,
+    LIGHTON_OCR,
+    LIGHTON_OCR3,
+    MINERU_VL,
+    PADDLEOCR_VL,
+    Generation,
+    OcrFamily,
+)
 from sie.shm.layout import Op, ResultKind
 
 _TOKEN_BYTES = 8  # an id and its aux value
@@ -49,6 +57,10 @@ async def run_glm_ocr(state: FrontendState, target: Target, job: ExtractJob) -> 
 
 async def run_paddleocr_vl(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     return await _run(state, target, job, PADDLEOCR_VL)
+
+
+async def run_mineru_vl(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
+    return await _run(state, target, job, MINERU_VL)
 
 
 async def _run(state: FrontendState, target: Target, job: ExtractJob, family: OcrFamily) -> Extracted:

@@ -1,5 +1,5 @@
-"""What the page OCR models (LightOnOCR-2, GLM-OCR, PaddleOCR-VL) share on the device: pages in,
-generated ids out.
+"""What the page OCR models (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL, MinerU2.5) share on the
+device: pages in, generated ids out.
 
 The frontend (sie.frontend.tasks.page_ocr) sends each item's generation header, then its prompt with
 the image token already expanded, `aux` holding the page's width in pixels on those tokens, and the
@@ -33,6 +33,7 @@ IMAGE_TOKEN_TYPE = 1  # mm_token_type_ids: text 0, image 1, video 2
 
 class PageOcrGenerator(HeldModel):
     kinds = frozenset({ResultKind.TOKENS})
+    no_repeat_ngram: int | None = None  # the family's (sie.page_ocr.OcrFamily)
 
     def __init__(self, model: PreTrainedModel, pages: PageLayout, image_token: int, *, name: str) -> None:
         super().__init__(model, name=name)
@@ -62,6 +63,8 @@ class PageOcrGenerator(HeldModel):
         decoding: dict[str, Any] = {"do_sample": False}
         if generation.temperature > 0:
             decoding = {"do_sample": True, "temperature": generation.temperature, "top_p": generation.top_p}
+        if self.no_repeat_ngram:
+            decoding["no_repeat_ngram_size"] = self.no_repeat_ngram
         rows: list[list[int]] = []
         for start in range(0, len(inputs.lengths), MAX_PAGES_PER_GENERATE):
             part = range(start, min(start + MAX_PAGES_PER_GENERATE, len(inputs.lengths)))
