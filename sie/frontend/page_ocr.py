@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from sie.errors import InvalidInput
+from sie.errors import InputTooLong, InvalidInput
 from sie.frontend.detokenize import clean_up_tokenization
 from sie.frontend.media.images import resize_pixels
 from sie.frontend.model_files import read_json_object, token_content
@@ -29,6 +29,7 @@ from sie.page_config import PageLayout
 from sie.page_ocr import OcrFamily, image_token_id
 from sie.tokenizer_files import chat_template
 
+DEFAULT_LIMIT = 32768  # tokens of a prompt, page included, when the YAML sets no max_sequence_length
 _SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
@@ -105,6 +106,7 @@ class PageOcrRecipe:
         specials: dict[str, str],
         profile: OcrProfile,
         *,
+        limit: int = DEFAULT_LIMIT,
         clean_up: bool = False,
     ) -> None:
         from transformers.utils.chat_template_utils import render_jinja_template  # deferred: slow import
@@ -118,6 +120,7 @@ class PageOcrRecipe:
         self.pages = pages
         self.image_token_id = image_token_id
         self.profile = profile
+        self.limit = limit
         self.clean_up = clean_up
         added = tokenizer.get_added_tokens_decoder().values()
         # What an instruction may not hold: the tokens that steer the template or stand for images.
@@ -143,6 +146,7 @@ class PageOcrRecipe:
             image_token_id(folder),
             present,
             chosen,
+            limit=config.max_sequence_length or DEFAULT_LIMIT,
             clean_up=clean_up,
         )
 
@@ -184,16 +188,34 @@ class PageOcrRecipe:
             return pixels
         return resize_pixels(pixels, new_w, new_h, self.pages.pixels.resample)
 
-    def tokens(self, prompt: str, pixels: np.ndarray, where: str) -> PageTokens:
+    def prompt_ids(self, prompt: str, where: str) -> np.ndarray:
+        """The rendered prompt's ids, its one image token not yet expanded; a 413 when its text
+        alone is over the model's limit."""
         ids = np.asarray(self._tokenizer.encode(prompt, add_special_tokens=False).ids, np.int32)
-        slots = np.flatnonzero(ids == self.image_token_id)
-        if len(slots) != 1:
-            raise InvalidInput(f"{where}: the chat template wrote {len(slots)} image tokens for one page")
-        repeats = np.ones(len(ids), np.int64)
-        repeats[slots[0]] = self.pages.image_tokens(pixels.shape[0], pixels.shape[1])
-        widths = np.zeros(len(ids), np.int32)
-        widths[slots[0]] = pixels.shape[1]
-        return PageTokens(np.repeat(ids, repeats), np.repeat(widths, repeats), pixels, len(ids) - 1)
+        slots = int(np.count_nonzero(ids == self.image_token_id))
+        if slots != 1:
+            raise InvalidInput(f"{where}: the chat template wrote {slots} image tokens for one page")
+        if len(ids) > self.limit:
+            raise InputTooLong(f"{where}: the prompt takes {len(ids)} tokens, over the model's {self.limit}")
+        return ids
+
+    def tokens(self, prompt_ids: np.ndarray, pixels: np.ndarray, where: str) -> PageTokens:
+        """The prompt with its image token expanded for this page; a 413 when the whole is over the
+        model's limit."""
+        slot = int(np.flatnonzero(prompt_ids == self.image_token_id)[0])
+        image_tokens = self.pages.image_tokens(pixels.shape[0], pixels.shape[1])
+        total = len(prompt_ids) - 1 + image_tokens
+        if total > self.limit:
+            raise InputTooLong(
+                f"{where}: the page and prompt take {total} tokens, over the model's {self.limit}"
+            )
+        repeats = np.ones(len(prompt_ids), np.int64)
+        repeats[slot] = image_tokens
+        widths = np.zeros(len(prompt_ids), np.int32)
+        widths[slot] = pixels.shape[1]
+        return PageTokens(
+            np.repeat(prompt_ids, repeats), np.repeat(widths, repeats), pixels, len(prompt_ids) - 1
+        )
 
     def text(self, ids: list[int]) -> str:
         """Generated ids as text, special tokens left out (the processor's batch_decode)."""

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from transformers.models.glm46v.image_processing_pil_glm46v import smart_resize as reference_resize
 
+from sie.errors import InputTooLong
 from sie.frontend.page_ocr import PageOcrRecipe
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import ForwardInputs
@@ -134,3 +135,15 @@ def test_a_folder_without_pixel_bounds_gets_the_processors_and_bad_ones_are_refu
     )
     with pytest.raises(PageConfigError, match="pixel counts"):
         glm_pages(copy)
+
+
+def test_a_page_and_prompt_over_the_models_limit_is_413(folder: Path, pages: list[Image.Image]) -> None:
+    recipe = recipe_of(folder)
+    ids = recipe.prompt_ids(recipe.prompt(None, "t"), "t")
+    page = recipe.resized(np.asarray(pages[0]), "Item 0")
+    fits = len(ids) - 1 + recipe.pages.image_tokens(*page.shape[:2])
+    recipe.limit = fits
+    assert len(recipe.tokens(ids, page, "Item 0").input_ids) == fits
+    recipe.limit = fits - 1
+    with pytest.raises(InputTooLong, match=f"Item 0: the page and prompt take {fits} tokens"):
+        recipe.tokens(ids, page, "Item 0")

@@ -179,6 +179,16 @@ def test_bad_requests_are_400_and_the_model_keeps_serving(
     ]
 
 
+def test_a_prompt_over_the_models_limit_is_413_before_any_page_is_read(lab: Lab) -> None:
+    long = {"instruction": "Read: " + "page " * 20000}  # about 20,000 tokens, over 16,384
+    response = extract(lab, [lab.pages[0], b"not even an image"], long)
+    assert response.status_code == 413, response.text
+    assert "over the model's 16384" in response.json()["detail"]["message"]
+    assert markdown(extract(lab, lab.pages[:1])) == [
+        lab.reference.transcribe(lab.images[0], max_new_tokens=12)
+    ]
+
+
 def test_items_need_exactly_one_decodable_page(lab: Lab) -> None:
     body = {"items": [{"text": "no page"}], "params": {}}
     assert post(lab.server.url, f"/v1/extract/{MODEL}", body, as_json=True).status_code == 400

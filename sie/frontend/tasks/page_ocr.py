@@ -83,7 +83,7 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
     task = model.profile.task(job.options.get("task", target.runtime.task), "options.task")
     label = model.profile.label(task)
     units = _units(job.items, family)
-    prompt = model.prompt(instruction, "params.instruction", task)
+    prompt_ids = model.prompt_ids(model.prompt(instruction, "params.instruction", task), "params.instruction")
     admit(state, target, len(units))
     slot, key = target.slot, config_key(target.profile_name, generation.key())
     max_pixels = state.settings.max_image_pixels
@@ -93,7 +93,7 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
         pages = []
         for unit in part:
             pixels = decode_image(unit.data, unit.format, max_pixels, unit.where).pixels
-            pages.append(model.tokens(prompt, model.resized(pixels, unit.where), unit.where))
+            pages.append(model.tokens(prompt_ids, model.resized(pixels, unit.where), unit.where))
         batch = pixel_rows_batch(
             [np.concatenate([header, page.input_ids]) for page in pages],
             [np.concatenate([np.zeros(len(header), np.int32), page.aux]) for page in pages],
@@ -106,7 +106,7 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
         return Prepared(batch, [page.text_tokens for page in pages])
 
     # Each page's size read from its header bounds its message share (the largest page otherwise).
-    page_bytes = await state.media.run(_largest_page_bytes, model, units, len(prompt.encode()))
+    page_bytes = await state.media.run(_largest_page_bytes, model, units, len(prompt_ids))
     submitted = await submit_units(state, units, page_bytes, prepare)
     texts = [
         model.text(row[:, 0].astype(np.int64).tolist())
@@ -123,9 +123,9 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
     )
 
 
-def _largest_page_bytes(model: PageOcrRecipe, units: Sequence[ImageUnit], prompt_bytes: int) -> int:
+def _largest_page_bytes(model: PageOcrRecipe, units: Sequence[ImageUnit], prompt_tokens: int) -> int:
     """A bound on any item's message bytes: its resized pixels and an id and aux value for each
-    prompt byte (a token is one byte at least) and each image token."""
+    token of its prompt, image tokens included."""
     pages = model.pages
     largest = 0
     for unit in units:
@@ -135,7 +135,7 @@ def _largest_page_bytes(model: PageOcrRecipe, units: Sequence[ImageUnit], prompt
             area, tokens = new_h * new_w, pages.image_tokens(new_h, new_w)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
             area, tokens = pages.largest_area, pages.most_image_tokens  # the decode reports the error
-        largest = max(largest, area * 3 + _TOKEN_BYTES * (prompt_bytes + tokens))
+        largest = max(largest, area * 3 + _TOKEN_BYTES * (prompt_tokens + tokens))
     return largest
 
 
