@@ -12,12 +12,11 @@ from PIL import Image
 
 from sie.frontend.page_ocr import PageOcrRecipe
 from sie.gpu_proc.adapters import load_adapter
-from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.lighton_ocr import LightOnOcrAdapter
 from sie.model_config import parse_model_config
 from sie.page_config import pixtral_pages
 from sie.page_ocr import HEADER, LIGHTON_OCR
-from tests.gpu_proc.page_ocr_inputs import forward_inputs
+from tests.gpu_proc.page_ocr import check_short_payload_refused, forward_inputs, random_pages
 from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr, model_yaml_lighton_ocr
 
 SYSTEM = "You are an OCR engine. Return the markdown representation of the document."
@@ -31,8 +30,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pages() -> list[Image.Image]:
-    rng = np.random.default_rng(9)
-    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
+    return random_pages(SIZES)
 
 
 def recipe_of(folder: Path) -> PageOcrRecipe:
@@ -77,21 +75,9 @@ def test_page_sizes_follow_pixtrals_rule(folder: Path) -> None:
 
 
 def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -> None:
-    recipe = recipe_of(folder)
     adapter = load_adapter(parse_model_config(model_yaml_lighton_ocr("tiny/lighton", folder)), folder, "cpu")
     assert isinstance(adapter, LightOnOcrAdapter)
-    inputs = forward_inputs(recipe, pages[:1], None)
-    short = ForwardInputs(
-        inputs.input_ids,
-        inputs.attention_mask,
-        None,
-        inputs.aux,
-        inputs.lengths,
-        False,
-        samples=[inputs.samples[0][:-8]] if inputs.samples else None,
-    )
-    with pytest.raises(ValueError, match="image tokens"):
-        adapter.pages(short, range(1))
+    check_short_payload_refused(adapter, recipe_of(folder), pages[0])
 
 
 def test_a_preprocessor_config_json_is_read_as_well(folder: Path, tmp_path: Path) -> None:

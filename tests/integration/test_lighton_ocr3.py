@@ -9,22 +9,21 @@ device batch, prompts of different lengths, a hybrid linear-attention decoder le
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import yaml
-from PIL import Image
 
 from sie.page_ocr import LIGHTON_OCR3
-from tests.integration.hf_cache import snapshot_dir
-from tests.integration.server import Server
-from tests.integration.wire import decode, post
+from tests.integration.page_ocr import (
+    Lab,
+    check_one_decodable_page_per_item,
+    check_refused,
+    check_sdk,
+    running_lab,
+    transcripts,
+)
 from tests.tiny_models.lighton_ocr3 import Reference, make_lighton_ocr3
 
 pytestmark = pytest.mark.slow
@@ -79,66 +78,15 @@ ONLY_THE_LIKELIEST = {"top_p": 1e-9}  # nucleus sampling down to one token: the 
 SIZES = [(100, 70), (300, 160), (20, 90), (40, 200), (32, 32), (126, 98)]
 
 
-@dataclass(frozen=True)
-class Lab:
-    server: Server
-    reference: Reference
-    pages: list[bytes]
-    images: list[Image.Image]
-
-
-def png(image: Image.Image) -> bytes:
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("lo3")
-    models = root / "models"
-    models.mkdir()
-    (models / "lightonai__LightOnOCR-3-4B.yaml").write_text(yaml.safe_dump(SIE_YAML))
-    snapshot = make_lighton_ocr3(snapshot_dir(root / "hf-home" / "hub", MODEL, REVISION), seed=1)
-    rng = np.random.default_rng(4)
-    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
-    server = Server(
-        "--models-dir", str(models), "--local-cache", str(root / "hf-home"), "--preload", MODEL, frontends=1
-    ).wait_ready()
-    yield Lab(server, Reference(Path(snapshot)), [png(image) for image in images], images)
-    assert server.stop() == 0, server.log()
-
-
-def image(data: bytes, as_json: bool) -> dict[str, Any]:
-    return {"data": base64.b64encode(data).decode() if as_json else data}
-
-
-def extract(
-    lab: Lab, pages: list[bytes], params: dict[str, Any] | None = None, *, as_json: bool = True
-) -> Any:
-    items = [{"id": f"p{i}", "images": [image(page, as_json)]} for i, page in enumerate(pages)]
-    return post(
-        lab.server.url, f"/v1/extract/{MODEL}", {"items": items, "params": params or {}}, as_json=as_json
-    )
-
-
-def markdown(response: Any) -> list[str]:
-    assert response.status_code == 200, response.text
-    items = decode(response)["items"]
-    for item in items:
-        (entity,) = item["entities"]
-        assert (entity["label"], entity["score"], entity["start"], entity["end"]) == (
-            "markdown",
-            1.0,
-            None,
-            None,
-        )
-    return [item["entities"][0]["text"] for item in items]
+    with running_lab(tmp_path_factory.mktemp("lo3"), SIE_YAML, make_lighton_ocr3, Reference, SIZES) as lab:
+        yield lab
 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
 def test_pages_of_every_size_match_the_reference_in_one_request(lab: Lab, as_json: bool) -> None:
-    got = markdown(extract(lab, lab.pages, {"options": ONLY_THE_LIKELIEST}, as_json=as_json))
+    got = transcripts(lab.extract(lab.pages, {"options": ONLY_THE_LIKELIEST}, as_json=as_json))
     want = [lab.reference.transcribe(image, max_new_tokens=12) for image in lab.images]
     assert got == want
     assert len(set(want)) > 2 and sum(map(bool, want)) > len(want) // 2  # pages read differently
@@ -147,7 +95,7 @@ def test_pages_of_every_size_match_the_reference_in_one_request(lab: Lab, as_jso
 @pytest.mark.parametrize("profile", ["default", "transformers"])
 def test_grounding_and_fewer_new_tokens_at_a_vanishing_temperature(lab: Lab, profile: str) -> None:
     options = {"max_new_tokens": 5, "profile": profile, "temperature": 1e-6}
-    got = markdown(extract(lab, lab.pages[:3], {"instruction": "grounding", "options": options}))
+    got = transcripts(lab.extract(lab.pages[:3], {"instruction": "grounding", "options": options}))
     want = [lab.reference.transcribe(image, "grounding", max_new_tokens=5) for image in lab.images[:3]]
     assert got == want
     assert got != [lab.reference.transcribe(image, max_new_tokens=5) for image in lab.images[:3]]
@@ -157,9 +105,9 @@ def test_pages_are_sampled(lab: Lab) -> None:
     """At a high temperature the same page reads differently from request to request; the profile's
     own temperature (0.1) gives text the model can write."""
     options = {"temperature": 20.0, "top_p": 1.0}
-    hot = {markdown(extract(lab, lab.pages[:1], {"options": options}))[0] for _ in range(4)}
+    hot = {transcripts(lab.extract(lab.pages[:1], {"options": options}))[0] for _ in range(4)}
     assert len(hot) > 1
-    (cool,) = markdown(extract(lab, lab.pages[:1]))
+    (cool,) = transcripts(lab.extract(lab.pages[:1]))
     assert cool
 
 
@@ -182,28 +130,11 @@ def test_pages_are_sampled(lab: Lab) -> None:
 def test_bad_requests_are_400_and_the_model_keeps_serving(
     lab: Lab, params: dict[str, Any], message: str
 ) -> None:
-    response = extract(lab, lab.pages[:1], params)
-    assert response.status_code == 400, response.text
-    assert message in response.json()["detail"]["message"]
-    params = {"options": ONLY_THE_LIKELIEST}
-    assert markdown(extract(lab, lab.pages[:1], params)) == [
-        lab.reference.transcribe(lab.images[0], max_new_tokens=12)
-    ]
+    check_refused(lab, params, message, greedy=ONLY_THE_LIKELIEST)
 
 
 def test_items_need_exactly_one_decodable_page(lab: Lab) -> None:
-    body = {"items": [{"text": "no page"}], "params": {}}
-    assert post(lab.server.url, f"/v1/extract/{MODEL}", body, as_json=True).status_code == 400
-    two = {"items": [{"images": [image(lab.pages[0], True), image(lab.pages[1], True)]}]}
-    assert post(lab.server.url, f"/v1/extract/{MODEL}", two, as_json=True).status_code == 400
-    response = extract(lab, [b"not an image"])
-    assert response.status_code == 400, response.text
-    assert "Item 0 image 0" in response.json()["detail"]["message"]
-    long = png(Image.new("RGB", (3, 700)))  # past the 200:1 aspect limit
-    response = extract(lab, [lab.pages[0], long])
-    assert response.status_code == 400, response.text
-    assert "Item 1 image 0" in response.json()["detail"]["message"]
-    assert "aspect ratio" in response.json()["detail"]["message"]
+    check_one_decodable_page_per_item(lab)
 
 
 def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
@@ -223,20 +154,5 @@ def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
 
 
 def test_the_sdk_transcribes_a_page_given_as_a_path_and_as_pil(lab: Lab, tmp_path: Path) -> None:
-    """`client.extract(model, item)` of the real sie-sdk, with a page file and an opened image."""
-    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
-
-    if not SDK_PYTHON.exists():
-        pytest.skip(f"{SDK_PYTHON} missing")
-    page = tmp_path / "page.png"
-    page.write_bytes(lab.pages[1])
-    kwargs = {"options": {"max_new_tokens": 9, **ONLY_THE_LIKELIEST}}
-    actions = [
-        {"op": "extract", "model": MODEL, "items": {"images": [{kind: str(page)}]}, "kwargs": kwargs}
-        for kind in ("path", "pil")
-    ]
-    sent = io.BytesIO()  # the SDK sends a path's or a PIL image's pixels as a JPEG of quality 95
-    lab.images[1].save(sent, format="JPEG", quality=95)
-    want = lab.reference.transcribe(Image.open(sent), max_new_tokens=9)
-    for entry in run_sdk(lab.server.url, actions):
-        assert [e["text"] for e in ok(entry)["entities"]] == [want]
+    options = {"max_new_tokens": 9, **ONLY_THE_LIKELIEST}
+    check_sdk(lab, tmp_path, options, lambda page: lab.reference.transcribe(page, max_new_tokens=9))

@@ -9,22 +9,21 @@ sizes in one request (one device batch, prompts of different lengths, 3D positio
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import yaml
-from PIL import Image
 
 from sie.page_ocr import PADDLEOCR_VL
-from tests.integration.hf_cache import snapshot_dir
-from tests.integration.server import Server
-from tests.integration.wire import decode, post
+from tests.integration.page_ocr import (
+    Lab,
+    check_one_decodable_page_per_item,
+    check_refused,
+    check_sdk,
+    running_lab,
+    transcripts,
+)
 from tests.tiny_models.paddleocr_vl import Reference, make_paddleocr_vl
 
 pytestmark = pytest.mark.slow
@@ -91,61 +90,16 @@ SIE_YAML["profiles"]["tables"] = {
 SIZES = [(100, 70), (300, 160), (10, 90), (40, 200), (28, 28), (126, 98)]
 
 
-@dataclass(frozen=True)
-class Lab:
-    server: Server
-    reference: Reference
-    pages: list[bytes]
-    images: list[Image.Image]
-
-
-def png(image: Image.Image) -> bytes:
-    out = io.BytesIO()
-    image.save(out, format="PNG")
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     root = tmp_path_factory.mktemp("paddle")
-    models = root / "models"
-    models.mkdir()
-    (models / "PaddlePaddle__PaddleOCR-VL-1.5.yaml").write_text(yaml.safe_dump(SIE_YAML))
-    snapshot = make_paddleocr_vl(snapshot_dir(root / "hf-home" / "hub", MODEL, REVISION), seed=1)
-    rng = np.random.default_rng(4)
-    images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES]
-    server = Server(
-        "--models-dir", str(models), "--local-cache", str(root / "hf-home"), "--preload", MODEL, frontends=1
-    ).wait_ready()
-    yield Lab(server, Reference(Path(snapshot)), [png(image) for image in images], images)
-    assert server.stop() == 0, server.log()
-
-
-def image(data: bytes, as_json: bool) -> dict[str, Any]:
-    return {"data": base64.b64encode(data).decode() if as_json else data}
-
-
-def extract(
-    lab: Lab, pages: list[bytes], params: dict[str, Any] | None = None, *, as_json: bool = True
-) -> Any:
-    items = [{"id": f"p{i}", "images": [image(page, as_json)]} for i, page in enumerate(pages)]
-    return post(
-        lab.server.url, f"/v1/extract/{MODEL}", {"items": items, "params": params or {}}, as_json=as_json
-    )
-
-
-def markdown(response: Any, label: str = "markdown") -> list[str]:
-    assert response.status_code == 200, response.text
-    items = decode(response)["items"]
-    for item in items:
-        (entity,) = item["entities"]
-        assert (entity["label"], entity["score"], entity["start"], entity["end"]) == (label, 1.0, None, None)
-    return [item["entities"][0]["text"] for item in items]
+    with running_lab(root, SIE_YAML, make_paddleocr_vl, Reference, SIZES) as lab:
+        yield lab
 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
 def test_pages_of_every_size_match_the_reference_in_one_request(lab: Lab, as_json: bool) -> None:
-    got = markdown(extract(lab, lab.pages, as_json=as_json))
+    got = transcripts(lab.extract(lab.pages, as_json=as_json))
     want = [lab.reference.transcribe(image, max_new_tokens=12) for image in lab.images]
     assert got == want
     assert len(set(want)) > 1 and all(want)
@@ -154,14 +108,14 @@ def test_pages_of_every_size_match_the_reference_in_one_request(lab: Lab, as_jso
 @pytest.mark.parametrize("profile", ["default", "transformers"])
 def test_an_instruction_and_fewer_new_tokens(lab: Lab, profile: str) -> None:
     params = {"instruction": "Read it all.", "options": {"max_new_tokens": 5, "profile": profile}}
-    got = markdown(extract(lab, lab.pages[:2], params))
+    got = transcripts(lab.extract(lab.pages[:2], params))
     want = [lab.reference.transcribe(image, "Read it all.", max_new_tokens=5) for image in lab.images[:2]]
     assert got == want
 
 
 @pytest.mark.parametrize("task", sorted(TASK_PROMPTS))
 def test_each_task_reads_with_its_prompt_and_labels_its_entity(lab: Lab, task: str) -> None:
-    got = markdown(extract(lab, lab.pages[:2], {"options": {"task": task}}), LABELS[task])
+    got = transcripts(lab.extract(lab.pages[:2], {"options": {"task": task}}), LABELS[task])
     want = [
         lab.reference.transcribe(image, TASK_PROMPTS[task], max_new_tokens=12) for image in lab.images[:2]
     ]
@@ -169,14 +123,14 @@ def test_each_task_reads_with_its_prompt_and_labels_its_entity(lab: Lab, task: s
 
 
 def test_a_profiles_task_is_its_default(lab: Lab) -> None:
-    got = markdown(extract(lab, lab.pages[:3], {"options": {"profile": "tables"}}))
+    got = transcripts(lab.extract(lab.pages[:3], {"options": {"profile": "tables"}}))
     want = [
         lab.reference.transcribe(image, "Table Recognition:", max_new_tokens=12) for image in lab.images[:3]
     ]
     assert got == want
     assert got != [lab.reference.transcribe(image, max_new_tokens=12) for image in lab.images[:3]]
     params = {"options": {"profile": "tables", "task": "spotting"}}
-    spotted = markdown(extract(lab, lab.pages[:1], params), "spotting")
+    spotted = transcripts(lab.extract(lab.pages[:1], params), "spotting")
     assert spotted == [lab.reference.transcribe(lab.images[0], "Spotting:", max_new_tokens=12)]
 
 
@@ -194,27 +148,11 @@ def test_a_profiles_task_is_its_default(lab: Lab) -> None:
 def test_bad_requests_are_400_and_the_model_keeps_serving(
     lab: Lab, params: dict[str, Any], message: str
 ) -> None:
-    response = extract(lab, lab.pages[:1], params)
-    assert response.status_code == 400, response.text
-    assert message in response.json()["detail"]["message"]
-    assert markdown(extract(lab, lab.pages[:1])) == [
-        lab.reference.transcribe(lab.images[0], max_new_tokens=12)
-    ]
+    check_refused(lab, params, message)
 
 
 def test_items_need_exactly_one_decodable_page(lab: Lab) -> None:
-    body = {"items": [{"text": "no page"}], "params": {}}
-    assert post(lab.server.url, f"/v1/extract/{MODEL}", body, as_json=True).status_code == 400
-    two = {"items": [{"images": [image(lab.pages[0], True), image(lab.pages[1], True)]}]}
-    assert post(lab.server.url, f"/v1/extract/{MODEL}", two, as_json=True).status_code == 400
-    response = extract(lab, [b"not an image"])
-    assert response.status_code == 400, response.text
-    assert "Item 0 image 0" in response.json()["detail"]["message"]
-    long = png(Image.new("RGB", (3, 700)))  # scaled to 28 x 6533: past the 200:1 aspect limit
-    response = extract(lab, [lab.pages[0], long])
-    assert response.status_code == 400, response.text
-    assert "Item 1 image 0" in response.json()["detail"]["message"]
-    assert "aspect ratio" in response.json()["detail"]["message"]
+    check_one_decodable_page_per_item(lab)
 
 
 def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
@@ -233,20 +171,5 @@ def test_the_catalog_says_what_the_sglang_settings_do(lab: Lab) -> None:
 
 
 def test_the_sdk_transcribes_a_page_given_as_a_path_and_as_pil(lab: Lab, tmp_path: Path) -> None:
-    """`client.extract(model, item)` of the real sie-sdk, with a page file and an opened image."""
-    from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
-
-    if not SDK_PYTHON.exists():
-        pytest.skip(f"{SDK_PYTHON} missing")
-    page = tmp_path / "page.png"
-    page.write_bytes(lab.pages[1])
-    kwargs = {"options": {"max_new_tokens": 9}}
-    actions = [
-        {"op": "extract", "model": MODEL, "items": {"images": [{kind: str(page)}]}, "kwargs": kwargs}
-        for kind in ("path", "pil")
-    ]
-    sent = io.BytesIO()  # the SDK sends a path's or a PIL image's pixels as a JPEG of quality 95
-    lab.images[1].save(sent, format="JPEG", quality=95)
-    want = lab.reference.transcribe(Image.open(sent), max_new_tokens=9)
-    for entry in run_sdk(lab.server.url, actions):
-        assert [e["text"] for e in ok(entry)["entities"]] == [want]
+    options = {"max_new_tokens": 9}
+    check_sdk(lab, tmp_path, options, lambda page: lab.reference.transcribe(page, max_new_tokens=9))

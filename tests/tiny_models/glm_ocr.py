@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.tiny_models.bpe import byte_level_bpe
-from tests.tiny_models.processors import images_only
+from tests.tiny_models.page_ocr import (
+    PageReference,
+    images_only,
+    model_yaml_page_ocr,
+    processor_settings,
+    save_generator,
+    sharpen,
+)
 
 SPECIALS = [
     "<|endoftext|>",
@@ -117,68 +124,29 @@ def make_glm_ocr(folder: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = transformers.GlmOcrForConditionalGeneration(config).eval()
-    with torch.no_grad():  # peaked next-token distributions (no near-ties to flip), text before EOS
-        head = model.get_output_embeddings().weight
-        head.normal_(0.0, 1.0)
-        head[list(ids.values())] *= 0.05
+    sharpen(model, list(ids.values()), layer_scale=None)
+    with torch.no_grad():
         model.model.visual.merger.proj.weight.mul_(30.0)  # the page steers every token
-    model.generation_config.eos_token_id = eos
-    model.generation_config.pad_token_id = ids["<|endoftext|>"]
-    model.save_pretrained(folder)
+    save_generator(model, folder, eos, ids["<|endoftext|>"])
     return folder
 
 
-class Reference:
-    """transformers' processor and `generate`, one page per call."""
+class Reference(PageReference):
+    """transformers' Glm46VProcessor (PIL image processor) and `generate`, one page per call."""
+
+    default_text = "Text Recognition:"
 
     def __init__(self, folder: Path) -> None:
         import transformers
         from transformers.models.glm46v.image_processing_pil_glm46v import Glm46VImageProcessorPil
 
-        settings = {
-            k: v for k, v in PROCESSOR.items() if k not in ("image_processor_type", "processor_class")
-        }
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         self.processor = images_only(transformers.Glm46VProcessor)(
-            image_processor=Glm46VImageProcessorPil(**settings),
-            tokenizer=tokenizer,
+            image_processor=Glm46VImageProcessorPil(**processor_settings(PROCESSOR)),
+            tokenizer=transformers.AutoTokenizer.from_pretrained(folder),
             chat_template=CHAT_TEMPLATE,
         )
         self.model = transformers.GlmOcrForConditionalGeneration.from_pretrained(folder).eval()
 
-    def messages(self, text: str) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-
-    def inputs(self, image: Any, text: str) -> Any:
-        prompt = self.processor.apply_chat_template(
-            self.messages(text), add_generation_prompt=True, tokenize=False
-        )
-        return self.processor(text=prompt, images=[image.convert("RGB")], return_tensors="pt")
-
-    def transcribe(self, image: Any, text: str = "Text Recognition:", *, max_new_tokens: int = 16) -> str:
-        import torch
-
-        inputs = self.inputs(image, text)
-        with torch.no_grad():
-            output = self.model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
-            )
-        generated = output[0, inputs["input_ids"].shape[1] :]
-        return str(self.processor.decode(generated, skip_special_tokens=True)).strip()
-
 
 def model_yaml_glm_ocr(sie_id: str, folder: Path, **runtime: Any) -> dict[str, Any]:
-    return {
-        "sie_id": sie_id,
-        "weights": {"path": str(folder)},
-        "inputs": {"text": False, "image": True},
-        "tasks": {"extract": {}},
-        "max_sequence_length": 16384,
-        "profiles": {
-            "default": {
-                "adapter": "glm_ocr",
-                "compute_precision": "float32",
-                "adapter_options": {"loadtime": {}, "runtime": {"max_new_tokens": 64, **runtime}},
-            }
-        },
-    }
+    return model_yaml_page_ocr("glm_ocr", sie_id, folder, **runtime)

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.tiny_models.bpe import byte_level_bpe
-from tests.tiny_models.processors import images_only
+from tests.tiny_models.page_ocr import (
+    PageReference,
+    images_only,
+    model_yaml_page_ocr,
+    processor_settings,
+    save_generator,
+    sharpen,
+)
 
 SPECIALS = [
     "<|endoftext|>",
@@ -112,81 +119,29 @@ def make_mineru_vl(folder: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = transformers.Qwen2VLForConditionalGeneration(config).eval()
-    with torch.no_grad():  # peaked next-token distributions (no near-ties to flip), text before EOS
-        head = model.get_output_embeddings().weight
-        head.normal_(0.0, 1.0)
-        head[list(ids.values())] *= 0.05
-        for name, weight in model.model.language_model.layers.named_parameters():
-            if name.endswith("proj.weight"):  # layers that move the residual, so the prompt matters
-                weight.mul_(6.0)
-    model.generation_config.eos_token_id = ids["<|im_end|>"]
-    model.generation_config.pad_token_id = ids["<|endoftext|>"]
-    model.save_pretrained(folder)
+    sharpen(model, list(ids.values()))
+    save_generator(model, folder, ids["<|im_end|>"], ids["<|endoftext|>"])
     return folder
 
 
-class Reference:
-    """transformers' processor and `generate`, one page per call."""
+class Reference(PageReference):
+    """transformers' Qwen2VLProcessor (PIL image processor) and greedy `generate` that never repeats
+    a 100-token run verbatim (pass no_repeat_ngram_size=None to lift it), one page per call."""
+
+    default_text = "\nText Recognition:"
+    generate_kwargs = {"no_repeat_ngram_size": 100}
 
     def __init__(self, folder: Path) -> None:
         import transformers
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        settings = {
-            k: v for k, v in PROCESSOR.items() if k not in ("image_processor_type", "processor_class")
-        }
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         self.processor = images_only(transformers.Qwen2VLProcessor)(
-            image_processor=Qwen2VLImageProcessorPil(**settings),
-            tokenizer=tokenizer,
+            image_processor=Qwen2VLImageProcessorPil(**processor_settings(PROCESSOR)),
+            tokenizer=transformers.AutoTokenizer.from_pretrained(folder),
             chat_template=CHAT_TEMPLATE,
         )
         self.model = transformers.Qwen2VLForConditionalGeneration.from_pretrained(folder).eval()
 
-    def inputs(self, image: Any, instruction: str | None = None) -> Any:
-        content: list[dict[str, str]] = [{"type": "image"}]
-        if instruction:
-            content.append({"type": "text", "text": instruction})
-        prompt = self.processor.apply_chat_template(
-            [{"role": "user", "content": content}],
-            add_generation_prompt=True,
-            tokenize=False,
-            enable_thinking=False,
-        )
-        return self.processor(text=prompt, images=[image.convert("RGB")], return_tensors="pt")
-
-    def transcribe(
-        self,
-        image: Any,
-        text: str = "\nText Recognition:",
-        *,
-        max_new_tokens: int = 16,
-        no_repeat: int | None = 100,
-    ) -> str:
-        import torch
-
-        inputs = self.inputs(image, text)
-        guard = {"no_repeat_ngram_size": no_repeat} if no_repeat else {}
-        with torch.no_grad():
-            output = self.model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, **guard
-            )
-        generated = output[0, inputs["input_ids"].shape[1] :]
-        return str(self.processor.decode(generated, skip_special_tokens=True)).strip()
-
 
 def model_yaml_mineru_vl(sie_id: str, folder: Path, **runtime: Any) -> dict[str, Any]:
-    return {
-        "sie_id": sie_id,
-        "weights": {"path": str(folder)},
-        "inputs": {"text": False, "image": True},
-        "tasks": {"extract": {}},
-        "max_sequence_length": 24576,
-        "profiles": {
-            "default": {
-                "adapter": "mineru_vl",
-                "compute_precision": "float32",
-                "adapter_options": {"loadtime": {}, "runtime": {"max_new_tokens": 64, **runtime}},
-            }
-        },
-    }
+    return model_yaml_page_ocr("mineru_vl", sie_id, folder, **runtime)

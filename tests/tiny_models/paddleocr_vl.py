@@ -13,6 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.tiny_models.bpe import byte_level_bpe
+from tests.tiny_models.page_ocr import (
+    PageReference,
+    model_yaml_page_ocr,
+    processor_settings,
+    save_generator,
+    sharpen,
+)
 
 SPECIALS = [
     "<unk>",
@@ -113,18 +120,12 @@ def make_paddleocr_vl(folder: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     model = transformers.PaddleOCRVLForConditionalGeneration(config).eval()
-    with torch.no_grad():  # peaked next-token distributions (no near-ties to flip), text before EOS
-        head = model.get_output_embeddings().weight
-        head.normal_(0.0, 1.0)
-        head[list(ids.values())] *= 0.05
+    sharpen(model, list(ids.values()))
+    with torch.no_grad():
         for weight in model.model.projector.parameters():  # the page steers every token
             weight.mul_(5.0)
-        for name, weight in model.model.language_model.layers.named_parameters():
-            if name.endswith("proj.weight"):  # layers that move the residual, so the prompt matters
-                weight.mul_(6.0)
-    model.generation_config.eos_token_id = eos
-    model.generation_config.pad_token_id = ids["<unk>"]
-    model.save_pretrained(folder)  # the weights in the Hub's remote-code names (mlp_AR., visual., model.)
+    # save_pretrained writes the weights under the Hub's remote-code names (mlp_AR., visual., model.)
+    save_generator(model, folder, eos, ids["<unk>"])
     _flatten_config(folder / "config.json")
     return folder
 
@@ -149,8 +150,10 @@ def _flatten_config(path: Path) -> None:
     path.write_text(json.dumps(config, indent=2))
 
 
-class Reference:
-    """transformers' processor and `generate`, one page per call."""
+class Reference(PageReference):
+    """transformers' PaddleOCRVLProcessor (PIL image processor) and `generate`, one page per call."""
+
+    default_text = "OCR:"
 
     def __init__(self, folder: Path) -> None:
         import transformers
@@ -158,50 +161,13 @@ class Reference:
             PaddleOCRVLImageProcessorPil,
         )
 
-        settings = {
-            k: v for k, v in PROCESSOR.items() if k not in ("image_processor_type", "processor_class")
-        }
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
         self.processor = transformers.PaddleOCRVLProcessor(
-            image_processor=PaddleOCRVLImageProcessorPil(**settings),
-            tokenizer=tokenizer,
+            image_processor=PaddleOCRVLImageProcessorPil(**processor_settings(PROCESSOR)),
+            tokenizer=transformers.AutoTokenizer.from_pretrained(folder),
             chat_template=CHAT_TEMPLATE,
         )
         self.model = transformers.PaddleOCRVLForConditionalGeneration.from_pretrained(folder).eval()
 
-    def messages(self, text: str) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-
-    def inputs(self, image: Any, text: str) -> Any:
-        prompt = self.processor.apply_chat_template(
-            self.messages(text), add_generation_prompt=True, tokenize=False
-        )
-        return self.processor(text=prompt, images=[image.convert("RGB")], return_tensors="pt")
-
-    def transcribe(self, image: Any, text: str = "OCR:", *, max_new_tokens: int = 16) -> str:
-        import torch
-
-        inputs = self.inputs(image, text)
-        with torch.no_grad():
-            output = self.model.generate(
-                **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
-            )
-        generated = output[0, inputs["input_ids"].shape[1] :]
-        return str(self.processor.decode(generated, skip_special_tokens=True)).strip()
-
 
 def model_yaml_paddleocr_vl(sie_id: str, folder: Path, **runtime: Any) -> dict[str, Any]:
-    return {
-        "sie_id": sie_id,
-        "weights": {"path": str(folder)},
-        "inputs": {"text": False, "image": True},
-        "tasks": {"extract": {}},
-        "max_sequence_length": 16384,
-        "profiles": {
-            "default": {
-                "adapter": "paddleocr_vl",
-                "compute_precision": "float32",
-                "adapter_options": {"loadtime": {}, "runtime": {"max_new_tokens": 64, **runtime}},
-            }
-        },
-    }
+    return model_yaml_page_ocr("paddleocr_vl", sie_id, folder, **runtime)
