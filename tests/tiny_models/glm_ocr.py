@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.tiny_models.bpe import byte_level_bpe
+from tests.tiny_models import page_ocr
 from tests.tiny_models.page_ocr import (
     PageReference,
     images_only,
@@ -64,17 +64,14 @@ _CORPUS = [
 
 
 def write_tokenizer(folder: Path) -> Any:
-    tokenizer = byte_level_bpe(_CORPUS, SPECIALS, vocab_size=500)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    settings = {
-        "tokenizer_class": "TokenizersBackend",
-        "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>",
-        "model_max_length": 16384,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    return tokenizer
+    return page_ocr.write_tokenizer(
+        folder,
+        _CORPUS,
+        SPECIALS,
+        {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+        CHAT_TEMPLATE,
+        500,
+    )
 
 
 def make_glm_ocr(folder: Path, seed: int = 0) -> Path:

@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.tiny_models.bpe import byte_level_bpe
+from tests.tiny_models import page_ocr
 from tests.tiny_models.page_ocr import (
+    QWEN_SPECIALS,
+    QWEN_TOKENIZER,
     PageReference,
     images_only,
     model_yaml_page_ocr,
@@ -22,17 +24,7 @@ from tests.tiny_models.page_ocr import (
     sharpen,
 )
 
-SPECIALS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<think>",
-    "</think>",
-]
+SPECIALS = [*QWEN_SPECIALS, "<think>", "</think>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message.role }}\n"
     "{% if message.content is string %}{{ message.content }}{% else %}{% for part in message.content %}"
@@ -62,23 +54,7 @@ _CORPUS = [
 
 
 def write_tokenizer(folder: Path) -> Any:
-    tokenizer = byte_level_bpe(_CORPUS, SPECIALS, vocab_size=400)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    settings = {
-        "tokenizer_class": "TokenizersBackend",
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "model_max_length": 24576,
-        "extra_special_tokens": {
-            "image_token": "<|image_pad|>",
-            "video_token": "<|video_pad|>",
-            "vision_bos_token": "<|vision_start|>",
-            "vision_eos_token": "<|vision_end|>",
-        },
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    return tokenizer
+    return page_ocr.write_tokenizer(folder, _CORPUS, SPECIALS, QWEN_TOKENIZER, CHAT_TEMPLATE, 400)
 
 
 def make_lighton_ocr3(folder: Path, seed: int = 0) -> Path:

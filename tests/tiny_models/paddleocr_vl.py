@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.tiny_models.bpe import byte_level_bpe
+from tests.tiny_models import page_ocr
 from tests.tiny_models.page_ocr import (
     PageReference,
     model_yaml_page_ocr,
@@ -62,20 +62,20 @@ _CORPUS = [
 
 
 def write_tokenizer(folder: Path) -> Any:
-    tokenizer = byte_level_bpe(_CORPUS, SPECIALS, vocab_size=500)
-    tokenizer.save(str(folder / "tokenizer.json"))
-    settings = {
-        "tokenizer_class": "TokenizersBackend",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "pad_token": "<unk>",
-        "unk_token": "<unk>",
-        "model_max_length": 16384,
-        "extra_special_tokens": {"image_token": "<|IMAGE_PLACEHOLDER|>"},
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    return tokenizer
+    return page_ocr.write_tokenizer(
+        folder,
+        _CORPUS,
+        SPECIALS,
+        {
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "pad_token": "<unk>",
+            "unk_token": "<unk>",
+            "extra_special_tokens": {"image_token": "<|IMAGE_PLACEHOLDER|>"},
+        },
+        CHAT_TEMPLATE,
+        500,
+    )
 
 
 def make_paddleocr_vl(folder: Path, seed: int = 0) -> Path:

@@ -100,3 +100,47 @@ def save_generator(model: Any, folder: Path, eos: int | list[int], pad: int) -> 
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = pad
     model.save_pretrained(folder)
+
+
+# Qwen's vision tokens and tokenizer settings (LightOnOCR-3, MinerU2.5).
+QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+QWEN_TOKENIZER = {
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "extra_special_tokens": {
+        "image_token": "<|image_pad|>",
+        "video_token": "<|video_pad|>",
+        "vision_bos_token": "<|vision_start|>",
+        "vision_eos_token": "<|vision_end|>",
+    },
+}
+
+
+def write_tokenizer(
+    folder: Path,
+    corpus: list[str],
+    specials: list[str],
+    settings: dict[str, Any],
+    template: str,
+    vocab_size: int = 500,
+) -> Any:
+    """A byte-level BPE tokenizer.json, tokenizer_config.json with `settings`, and the chat template
+    in chat_template.jinja (as the Hub's newer repositories keep it)."""
+    import json
+
+    from tests.tiny_models.bpe import byte_level_bpe
+
+    tokenizer = byte_level_bpe(corpus, specials, vocab_size=vocab_size)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "TokenizersBackend", "model_max_length": 16384, **settings}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").write_text(template)
+    return tokenizer
