@@ -1,11 +1,11 @@
 """The OCR models that transcribe a page by generating (LightOnOCR-2 and -3, GLM-OCR, PaddleOCR-VL,
-MinerU2.5): what both sides read. Each item is one page and a chat prompt whose one image token stands for the
-page; the prompt travels after a generation header (`Generation`), the page as its resized pixels,
-and the device returns the generated ids.
+MinerU2.5): what both sides read. Each item is one page and a chat prompt whose one image token
+stands for the page; the prompt travels after a generation header (`Generation`), the page as its
+resized pixels, and the device returns the generated ids.
 
 Each family has its page sizing (sie.page_config: PixtralPages, GridPages) and SIE's defaults below:
 the conversation's system turn, the text after the page when the request gives no instruction (or,
-for PaddleOCR-VL, its task's prompt), and the most tokens a page may take.
+for PaddleOCR-VL and MinerU2.5, its task's prompt), and the most tokens a page may take.
 """
 
 from __future__ import annotations

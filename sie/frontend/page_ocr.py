@@ -95,7 +95,7 @@ class OcrProfile:
 
 
 class PageOcrRecipe:
-    """One checkpoint's tokenizer, chat template, page settings and prompts."""
+    """One checkpoint's tokenizer, chat template, page settings, and each profile's prompts."""
 
     def __init__(
         self,
@@ -104,7 +104,8 @@ class PageOcrRecipe:
         pages: PageLayout,
         image_token_id: int,
         specials: dict[str, str],
-        profile: OcrProfile,
+        profiles: Mapping[str, OcrProfile],
+        default_profile: str,
         *,
         limit: int = DEFAULT_LIMIT,
         clean_up: bool = False,
@@ -119,7 +120,8 @@ class PageOcrRecipe:
         self._specials = specials
         self.pages = pages
         self.image_token_id = image_token_id
-        self.profile = profile
+        self._profiles = profiles
+        self._default_profile = default_profile
         self.limit = limit
         self.clean_up = clean_up
         added = tokenizer.get_added_tokens_decoder().values()
@@ -127,15 +129,18 @@ class PageOcrRecipe:
         self.reserved = frozenset(t.content for t in added if t.special)
 
     @classmethod
-    def for_model(cls, config: ModelConfig, family: OcrFamily, profile: str | None = None) -> PageOcrRecipe:
-        """The recipe of `config`'s profile (its own system and default prompts)."""
+    def for_model(cls, config: ModelConfig, family: OcrFamily) -> PageOcrRecipe:
+        """The model's recipe; each profile has its own prompts and decoding (OcrProfile)."""
         folder = resolve_weights_dir(config)
         template = chat_template(Path(folder))
         if template is None:
             raise ValueError(f"{folder} has no chat template")
         settings = read_json_object(folder / "tokenizer_config.json")
         specials = {role: token_content(settings.get(role)) for role in _SPECIAL_ROLES}
-        chosen = OcrProfile.of(family, config.profile(profile).adapter_options.loadtime)
+        names = list(config.profiles) or [config.default_profile_name]
+        profiles = {
+            name: OcrProfile.of(family, config.profile(name).adapter_options.loadtime) for name in names
+        }
         tokenizer = Tokenizer.from_file(str(resolve_tokenizer_file(config)))
         present = {role: token for role, token in specials.items() if token is not None}
         clean_up = bool(settings.get("clean_up_tokenization_spaces", False))
@@ -145,15 +150,22 @@ class PageOcrRecipe:
             family.pages(folder),
             image_token_id(folder),
             present,
-            chosen,
+            profiles,
+            config.default_profile_name,
             limit=config.max_sequence_length or DEFAULT_LIMIT,
             clean_up=clean_up,
         )
 
-    def conversation(self, instruction: str | None, task: str | None = None) -> list[dict[str, Any]]:
+    def profile(self, name: str | None = None) -> OcrProfile:
+        """The named profile's prompts and decoding (the default profile's for None)."""
+        return self._profiles[name or self._default_profile]
+
+    def conversation(
+        self, instruction: str | None, task: str | None = None, *, profile: str | None = None
+    ) -> list[dict[str, Any]]:
         """SIE's: the system turn if any, then the page and the instruction, else the task's prompt,
         else the default prompt."""
-        chosen = self.profile
+        chosen = self.profile(profile)
         content: list[dict[str, str]] = [{"type": "image"}]
         text = instruction or (chosen.tasks[task] if task is not None else chosen.default)
         if text:
@@ -161,15 +173,17 @@ class PageOcrRecipe:
         system = [{"role": "system", "content": chosen.system}] if chosen.system else []
         return [*system, {"role": "user", "content": content}]
 
-    def prompt(self, instruction: str | None, where: str, task: str | None = None) -> str:
+    def prompt(
+        self, instruction: str | None, where: str, task: str | None = None, *, profile: str | None = None
+    ) -> str:
         """The rendered conversation (checked: an instruction cannot write control tokens)."""
         check_text(instruction, where, self.reserved)
         rendered, _ = self._render(
-            [self.conversation(instruction, task)],
+            [self.conversation(instruction, task, profile=profile)],
             chat_template=self._template,
             add_generation_prompt=True,
             **self._specials,
-            **self.profile.template_kwargs,
+            **self.profile(profile).template_kwargs,
         )
         return str(rendered[0])
 

@@ -35,7 +35,9 @@ def forward_inputs(
     max_new_tokens: int = 7,
 ) -> ForwardInputs:
     """Each page's generation header and prompt, right-padded, its resized pixels as its sample."""
-    prompt = recipe.prompt_ids(recipe.prompt(instruction, "test", recipe.profile.task(task, "test")), "test")
+    prompt = recipe.prompt_ids(
+        recipe.prompt(instruction, "test", recipe.profile().task(task, "test")), "test"
+    )
     tokens = [recipe.tokens(prompt, recipe.resized(np.asarray(p), "test"), "test") for p in pages]
     header = Generation(max_new_tokens).header()
     rows = [np.concatenate([header, t.input_ids]) for t in tokens]

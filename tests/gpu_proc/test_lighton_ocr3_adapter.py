@@ -90,7 +90,7 @@ def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -
 
 
 def test_only_its_trained_instructions_are_taken(folder: Path) -> None:
-    profile = recipe_of(folder).profile
+    profile = recipe_of(folder).profile()
     for fine in (None, "", "grounding"):
         profile.check_instruction(fine, "LightOnOCR-3")
     for bad in ("Grounding", "grounding ", "Transcribe the table."):

@@ -95,7 +95,7 @@ def test_a_bad_page_payload_is_refused(folder: Path, pages: list[Image.Image]) -
 
 
 def test_tasks_pick_the_prompt_and_the_label(folder: Path) -> None:
-    profile = recipe_of(folder).profile
+    profile = recipe_of(folder).profile()
     assert [profile.task(None, "t"), profile.task("chart", "t")] == ["[default]", "chart"]
     tasks = ("[default]", "table", "equation", "image", "chart", "[layout]")
     assert [profile.label(t) for t in tasks] == [

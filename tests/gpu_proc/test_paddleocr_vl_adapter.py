@@ -116,7 +116,7 @@ def test_a_folder_without_pixel_bounds_gets_the_processors_and_size_is_read_too(
 
 
 def test_tasks_pick_the_prompt_and_the_label(folder: Path) -> None:
-    prompts = recipe_of(folder).profile
+    prompts = recipe_of(folder).profile()
     assert [prompts.task(None, "t"), prompts.task("chart", "t")] == ["ocr", "chart"]
     assert [prompts.label(t) for t in ("ocr", "table", "formula", "chart", "spotting", "seal")] == [
         *["markdown"] * 4,

@@ -66,24 +66,22 @@ async def run_mineru_vl(state: FrontendState, target: Target, job: ExtractJob) -
 async def _run(state: FrontendState, target: Target, job: ExtractJob, family: OcrFamily) -> Extracted:
     config = target.config
     # Built once, off the event loop: it reads the tokenizer and imports transformers' renderer.
-    profile = target.profile_name  # profiles may differ in their prompts
     model = await asyncio.to_thread(
-        state.tokenizers.derived,
-        config,
-        f"page_ocr:{profile}",
-        lambda _: PageOcrRecipe.for_model(config, family, profile),
+        state.tokenizers.derived, config, "page_ocr", lambda _: PageOcrRecipe.for_model(config, family)
     )
-    ceiling = target.runtime.max_new_tokens or model.profile.max_new_tokens or family.max_new_tokens
+    profile = model.profile(target.profile_name)  # profiles may differ in prompts and decoding
+    ceiling = target.runtime.max_new_tokens or profile.max_new_tokens or family.max_new_tokens
     max_new_tokens = _max_new_tokens(job.options, ceiling)
     if job.options.get("num_beams", 1) != 1:
         raise InvalidInput(f"options.num_beams: {family.name} decodes with one beam (num_beams 1)")
-    generation = _generation(job.options, max_new_tokens, model.profile)
+    generation = _generation(job.options, max_new_tokens, profile)
     instruction = instruction_of(job)
-    model.profile.check_instruction(instruction, family.name)
-    task = model.profile.task(job.options.get("task", target.runtime.task), "options.task")
-    label = model.profile.label(task)
+    profile.check_instruction(instruction, family.name)
+    task = profile.task(job.options.get("task", target.runtime.task), "options.task")
+    label = profile.label(task)
     units = _units(job.items, family)
-    prompt_ids = model.prompt_ids(model.prompt(instruction, "params.instruction", task), "params.instruction")
+    prompt = model.prompt(instruction, "params.instruction", task, profile=target.profile_name)
+    prompt_ids = model.prompt_ids(prompt, "params.instruction")
     admit(state, target, len(units))
     slot, key = target.slot, config_key(target.profile_name, generation.key())
     max_pixels = state.settings.max_image_pixels

@@ -34,7 +34,7 @@ class PaddleOcrVlAdapter(GridPageGenerator):
         return cls(model, paddle_pages(weights_dir), image_token_id(weights_dir), name=config.sie_id)
 
     def cut(self, page: torch.Tensor) -> torch.Tensor:
-        p = self.grid.patch_size
+        p = self.layout.patch_size
         channels, height, width = page.shape
         rows, columns = height // p, width // p
         cut = page.reshape(channels, rows, p, columns, p).permute(1, 3, 0, 2, 4)

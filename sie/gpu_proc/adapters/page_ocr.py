@@ -45,7 +45,7 @@ class PageOcrGenerator(HeldModel):
         eos = eos[0] if isinstance(eos, list) else eos
         self.pad_token_id = int(pad if pad is not None else (eos if eos is not None else 0))
         self.image_token = image_token
-        self._layout = pages
+        self.layout = pages
         self.normalizer = PixelNormalizer(pages.pixels, self.device)
 
     def lora_target(self) -> torch.nn.Module | None:
@@ -105,7 +105,7 @@ class PageOcrGenerator(HeldModel):
         width = int(inputs.aux[i, HEADER:length][is_image][0]) if tokens else 0
         data = inputs.samples[i].contiguous().view(torch.uint8)
         height = len(data) // (3 * width) if width > 0 else 0
-        fits = len(data) - height * width * 3 < 4 and self._layout.image_tokens(height, width) == tokens
+        fits = len(data) - height * width * 3 < 4 and self.layout.image_tokens(height, width) == tokens
         if not tokens or not fits:
             raise ValueError(f"{len(data)} page bytes, {width} wide, do not fit {tokens} image tokens")
         pixels = data[: height * width * 3].to(self.device).view(height, width, 3)
@@ -113,18 +113,16 @@ class PageOcrGenerator(HeldModel):
 
 
 class GridPageGenerator(PageOcrGenerator):
-    """Pages on Qwen2-VL's grid (LightOnOCR-3, GLM-OCR, PaddleOCR-VL): each cut into patches, with its
-    (1, rows, columns) patch grid and the token types that mark the image tokens, from which the
-    model places its 3D rotary positions."""
+    """Pages on Qwen2-VL's grid (LightOnOCR-3, GLM-OCR, PaddleOCR-VL, MinerU2.5): each cut into
+    patches, with its (1, rows, columns) patch grid and the token types that mark the image tokens,
+    from which the model places its 3D rotary positions."""
 
-    def __init__(self, model: PreTrainedModel, pages: GridPages, image_token: int, *, name: str) -> None:
-        super().__init__(model, pages, image_token, name=name)
-        self.grid = pages
+    layout: GridPages
 
     def cut(self, page: torch.Tensor) -> torch.Tensor:
         """A normalized page [3, H, W] as the rows of patches its model reads: Qwen2-VL's flat
         patches, the still page repeated over the tower's temporal patch."""
-        grid = self.grid
+        grid = self.layout
         return flat_patches(page.unsqueeze(0), grid.patch_size, grid.merge_size, grid.temporal_patch)
 
     def page_inputs(self, inputs: ForwardInputs, part: range, ids: torch.Tensor) -> dict[str, Any]:
@@ -134,7 +132,7 @@ class GridPageGenerator(PageOcrGenerator):
 
     def patches(self, inputs: ForwardInputs, part: range) -> tuple[torch.Tensor, torch.Tensor]:
         """The part's pages as one run of patches, and each page's (1, rows, columns) grid."""
-        p, factor = self.grid.patch_size, self.grid.factor
+        p, factor = self.layout.patch_size, self.layout.factor
         patches, grids = [], []
         for i in part:
             page = self.page(inputs, i)
