@@ -13,17 +13,15 @@ the images are never cut, and a prompt they alone make too long is a 400.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image
 from tokenizers import Tokenizer
 
 from sie import qwen3_vl as recipe
 from sie.errors import InvalidInput
-from sie.frontend.media.images import decode_image, resize_pixels
+from sie.frontend.media.images import decode_image, resize_pixels, resized_size
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.images import ImageUnit
@@ -105,12 +103,10 @@ class Qwen3VLRecipe:
         the largest size; the decode reports the error)."""
         if isinstance(image, np.ndarray):
             return int(image.nbytes)
-        try:
-            width, height = Image.open(io.BytesIO(image.data)).size
-            new_h, new_w = recipe.smart_resize(height, width, self.spec)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        size = resized_size(image.data, lambda height, width: recipe.smart_resize(height, width, self.spec))
+        if size is None:
             return self.spec.max_pixels * 3
-        return new_h * new_w * 3
+        return size[0] * size[1] * 3
 
     def tokens(self, row: Row, pixels: Sequence[np.ndarray], limit: int) -> RowTokens:
         """The row's ids, placeholders expanded, its text cut to fit `limit` tokens."""

@@ -13,6 +13,7 @@ float (a Gaussian filter and a linear zoom), so its pixels travel as float32.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import ceil
 
@@ -42,6 +43,16 @@ class Decoded:
     pixels: np.ndarray  # [height, width, 3] uint8 RGB, upright
     width: int  # of the original (upright) image, for boxes in its pixels
     height: int
+
+
+def resized_size(data: bytes, resize: Callable[[int, int], tuple[int, int]]) -> tuple[int, int] | None:
+    """(height, width) of an image once `resize`d, its size read from its header alone; None when
+    the header cannot be read or `resize` refuses it (the decode then reports why)."""
+    try:
+        width, height = Image.open(io.BytesIO(data)).size
+        return resize(height, width)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
 
 
 def decode_image(data: bytes, declared: str | None, max_pixels: int, where: str) -> Decoded:

@@ -11,16 +11,14 @@ decoded here.
 from __future__ import annotations
 
 import asyncio
-import io
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from sie.errors import InvalidInput
-from sie.frontend.media.images import decode_image
+from sie.frontend.media.images import decode_image, resized_size
 from sie.frontend.media.submit import Prepared, pixel_rows_batch, submit_units
 from sie.frontend.page_ocr import OcrProfile, PageOcrRecipe
 from sie.frontend.pipeline import admit
@@ -127,12 +125,11 @@ def _largest_page_bytes(model: PageOcrRecipe, units: Sequence[ImageUnit], prompt
     pages = model.pages
     largest = 0
     for unit in units:
-        try:
-            width, height = Image.open(io.BytesIO(unit.data)).size
-            new_h, new_w = pages.resized(height, width)
-            area, tokens = new_h * new_w, pages.image_tokens(new_h, new_w)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-            area, tokens = pages.largest_area, pages.most_image_tokens  # the decode reports the error
+        size = resized_size(unit.data, pages.resized)
+        if size is None:
+            area, tokens = pages.largest_area, pages.most_image_tokens
+        else:
+            area, tokens = size[0] * size[1], pages.image_tokens(*size)
         largest = max(largest, area * 3 + _TOKEN_BYTES * (prompt_tokens + tokens))
     return largest
 
