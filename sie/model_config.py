@@ -258,6 +258,20 @@ def profile_variants(config: ModelConfig) -> list[ModelConfig]:
     ]
 
 
+def profile_suffixes(config: ModelConfig) -> list[str]:
+    """What may follow `<id>:` to name one of the model's profiles: `default` and each profile's
+    name, refused ones included (a request for one is told why it is not served)."""
+    return ["default", *config.profiles, *config.refused_profiles]
+
+
+def profile_in_id(name: str, config: ModelConfig) -> str | None:
+    """The profile a profile-qualified id names (`default`: the model's default), None for the bare id."""
+    if name == config.sie_id or not name.startswith(f"{config.sie_id}:"):
+        return None
+    named = name[len(config.sie_id) + 1 :]
+    return config.default_profile_name if named == "default" else named
+
+
 def parse_model_config(raw: Mapping[str, Any], source: str = "<memory>") -> ModelConfig:
     """Validate one model's mapping, resolving `extends` between profiles first.
 
@@ -376,6 +390,16 @@ class Catalog:
 
     def slot(self, name: str) -> int:
         return self._slots[name]
+
+    def named(self, name: str) -> str | None:
+        """The served model a request's id names: the id itself, or the model of a profile-qualified
+        id, `<id>:<profile>` (SIE's variant ids; here the model's one instance serves them)."""
+        if name in self._slots:
+            return name
+        base, colon, profile = name.rpartition(":")
+        if colon and base in self._slots and profile in profile_suffixes(self.get(base)):
+            return base
+        return None
 
     def get(self, name: str) -> ModelConfig:
         return self.models[self._slots[name]]
@@ -646,9 +670,10 @@ def preload_names(preload: list[str] | None, default_model: str, catalog: Catalo
         ]
         if refused:
             raise ModelConfigError(f"--preload names models this server cannot serve: {'; '.join(refused)}")
-        missing = [name for name in preload if name not in catalog]
+        named = {name: catalog.named(name) for name in preload}
+        missing = [name for name, model in named.items() if model is None]
         if missing:
             raise ModelConfigError(f"--preload names unknown models: {', '.join(missing)}")
-        return list(preload)
+        return list(dict.fromkeys(model for model in named.values() if model is not None))
     defaults = dict.fromkeys((default_model, DEFAULT_SPARSE_MODEL))
     return [name for name in defaults if name in catalog and weights_present(catalog.get(name))]

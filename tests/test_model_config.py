@@ -131,6 +131,19 @@ def test_preload_defaults_to_the_default_dense_and_sparse_models() -> None:
     assert preload_names([DEFAULT_MODEL], "x", Catalog(catalog.models)) == [DEFAULT_MODEL]
 
 
+def test_a_profile_qualified_id_preloads_its_model_once() -> None:
+    catalog = load_catalog()
+    bge = catalog.get("BAAI/bge-m3")
+    other = next(name for name in bge.profiles if name != bge.default_profile_name)
+    names = [f"BAAI/bge-m3:{other}", "BAAI/bge-m3:default", DEFAULT_MODEL, "BAAI/bge-m3"]
+    assert preload_names(names, DEFAULT_MODEL, catalog) == ["BAAI/bge-m3", DEFAULT_MODEL]
+    assert catalog.named(f"BAAI/bge-m3:{other}") == "BAAI/bge-m3"
+    for unknown in ("BAAI/bge-m3:nope", f"{DEFAULT_MODEL}:{other}", "BAAI/bge-m3:"):
+        assert catalog.named(unknown) is None
+        with pytest.raises(ModelConfigError, match="unknown models"):
+            preload_names([unknown], DEFAULT_MODEL, catalog)
+
+
 def test_top_level_adapter_is_a_single_default_profile() -> None:
     config = parse_model_config(
         {

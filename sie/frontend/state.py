@@ -46,12 +46,17 @@ class FrontendState:
             self.ops.sources.models[:] = fresh.slot_names()
 
     def model(self, name: str) -> tuple[int, ModelConfig]:
+        """The slot and config of the model a request names (a profile-qualified id names its model;
+        `target.bind` reads the profile from the id)."""
         self.refresh_catalog()
-        if name not in self.catalog:
-            unsupported = self.catalog.unsupported.get(name)
+        served = self.catalog.named(name)
+        if served is None:
+            unsupported = self.catalog.unsupported.get(name) or self.catalog.unsupported.get(
+                name.rpartition(":")[0]
+            )
             if unsupported is not None:
                 raise ModelLoadFailed(f"Model '{name}' cannot be served by this server: {unsupported.reason}")
             raise ModelNotFound(name)
-        slot = self.catalog.slot(name)
+        slot = self.catalog.slot(served)
         note_model(slot, name)  # the request's model, for /metrics and tracing
-        return slot, self.catalog.get(name)
+        return slot, self.catalog.get(served)

@@ -14,7 +14,7 @@ from sie.errors import InvalidInput
 from sie.families import Family, family_of
 from sie.frontend.state import FrontendState
 from sie.frontend.tokenize import format_text
-from sie.model_config import ModelConfig, Profile, RuntimeOptions
+from sie.model_config import ModelConfig, Profile, RuntimeOptions, profile_in_id
 from sie.shm.layout import with_lora
 
 
@@ -54,7 +54,14 @@ def resolve(state: FrontendState, name: str, profile: str | None = None, lora: s
 
 
 def bind(name: str, slot: int, config: ModelConfig, profile: str | None, lora: str | None) -> Target:
-    """A looked-up model with the request's profile and adapter; an unknown one of either is a 400."""
+    """A looked-up model with the request's profile and adapter; an unknown one of either is a 400.
+    A profile-qualified id (`<id>:<profile>`) picks its profile as `options.profile` would; the
+    options may repeat it or say `default` (the id's own profile, as SIE's variant has it)."""
+    named = profile_in_id(name, config)
+    if named is not None:
+        if profile not in (None, "default", named):
+            raise InvalidInput(f"Model '{name}' names profile '{named}'; options.profile '{profile}' differs")
+        profile = named
     if profile is not None and profile not in config.profiles:
         if profile in config.refused_profiles:
             reason = config.refused_profiles[profile]

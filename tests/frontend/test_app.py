@@ -419,7 +419,7 @@ def test_models_list_shape(client: TestClient, devices: FakeDevices) -> None:
     response = client.get("/v1/models", headers={"accept": MSGPACK})
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/json")
     models = {m["name"]: m for m in response.json()["models"]}
-    assert set(models) == {MINILM, ODD, UNSUPPORTED}
+    assert set(models) == {MINILM, ODD, f"{ODD}:fast", UNSUPPORTED}  # each served profile's own id
     unsupported = models.pop(UNSUPPORTED)
     assert unsupported["supported"] is False and unsupported["state"] == "failed"
     assert unsupported["unsupported_reason"] == UNSUPPORTED_REASON
@@ -434,9 +434,51 @@ def test_models_list_shape(client: TestClient, devices: FakeDevices) -> None:
     assert minilm["profiles"] == {"default": {"is_default": True}}
     assert models[ODD]["profiles"] == {"default": {"is_default": True}, "fast": {"is_default": False}}
     assert models[ODD]["dims"] == {"dense": 16}
+    fast = models[f"{ODD}:fast"]  # as SIE lists a variant: its profile alone, as the default
+    assert fast["profiles"] == {"default": {"is_default": True}} and fast["unsupported_profiles"] is None
+    assert {k: v for k, v in fast.items() if k not in ("name", "profiles", "unsupported_profiles")} == {
+        k: v for k, v in models[ODD].items() if k not in ("name", "profiles", "unsupported_profiles")
+    }
+    assert client.get(f"/v1/models/{ODD}:fast").json()["name"] == f"{ODD}:fast"
     missing = client.get("/v1/models/foo/bar")
     assert missing.status_code == 404
     assert error_of(missing) == ("MODEL_NOT_FOUND", "Model 'foo/bar' not found")
+
+
+def test_a_profile_qualified_id_runs_that_profile_on_the_same_model(
+    client: TestClient, devices: FakeDevices
+) -> None:
+    """`<id>:<profile>` (SIE's variant ids) is the model under that profile: ODD's default profile does
+    not normalize, its `fast` one does; the response echoes the id as sent."""
+    body = {"items": [{"text": "first text"}, {"text": "another"}]}
+    texts = ["first text", "another"]
+    raw, unit = expected_rows(devices, texts, ODD, normalize=False), expected_rows(devices, texts, ODD)
+    cases = [
+        (f"{ODD}:fast", {}, unit),
+        (f"{ODD}:fast", {"profile": "fast"}, unit),
+        (f"{ODD}:fast", {"profile": "default"}, unit),  # the variant's own profile, as in SIE
+        (f"{ODD}:default", {}, raw),
+        (ODD, {"profile": "fast"}, unit),
+    ]
+    for name, options, want in cases:
+        response = post_encode(client, name, {**body, "params": {"options": options}}, **JSON_ACCEPT)
+        assert response.status_code == 200, (name, options, response.text)
+        payload = response.json()
+        assert payload["model"] == name
+        got = np.array([item["dense"]["values"] for item in payload["items"]], np.float32)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{name} {options}")
+    slots = {batch.model_slot for batch in devices.batches}
+    assert slots == {devices.catalog.slot(ODD)}  # one model, one instance, whatever the id
+    clash = post_encode(client, f"{ODD}:fast", {**body, "params": {"options": {"profile": "nope"}}})
+    assert clash.status_code == 400 and "names profile 'fast'" in error_of(clash)[1]
+    refused = post_encode(client, f"{ODD}:banking", body)
+    assert refused.status_code == 400 and "lora_id" in error_of(refused)[1]
+    for unknown in (f"{ODD}:slow", f"{MINILM}:fast", f"{UNSUPPORTED}x:default"):
+        response = post_encode(client, unknown, body)
+        assert response.status_code == 404, unknown
+        assert error_of(response) == ("MODEL_NOT_FOUND", f"Model '{unknown}' not found")
+    unsupported = post_encode(client, f"{UNSUPPORTED}:default", body)
+    assert unsupported.status_code == 502 and UNSUPPORTED_REASON in error_of(unsupported)[1]
 
 
 def test_unsupported_model_and_refused_profile_say_why(client: TestClient) -> None:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sie.frontend.state import FrontendState
-from sie.model_config import ModelConfig, UnsupportedModel
+from sie.model_config import ModelConfig, UnsupportedModel, profile_in_id
 from sie.shm.control import ModelState
 
 _STATE_NAMES = {
@@ -41,7 +41,9 @@ def placement_info(state: FrontendState, slot: int) -> dict[str, Any]:
     }
 
 
-def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict[str, Any]:
+def model_info(state: FrontendState, config: ModelConfig, instance: str, name: str = "") -> dict[str, Any]:
+    """A model's entry; under a profile-qualified `name`, that profile alone, as its default (SIE
+    lists each variant id so)."""
     slot = state.catalog.slot(config.sie_id)
     model_state = state.devices.model_state(slot)
     error = state.devices.model_error(slot) if model_state == ModelState.FAILED else ""
@@ -56,10 +58,17 @@ def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict
         for kind in ("dense", "sparse", "multivector")
         if config.tasks.encode and (spec := getattr(config.tasks.encode, kind)) and spec.dim
     }
-    default = config.default_profile_name
-    runtime = {name: config.profile(name).adapter_options.runtime for name in config.profiles}
+    named = profile_in_id(name, config)
+    if named is None:
+        default = config.default_profile_name
+        profiles = {
+            profile: {"is_default": profile == default, **_profile_outputs(config, profile)}
+            for profile in (config.profiles or {"default": 0})
+        }
+    else:
+        profiles = {"default": {"is_default": True, **_profile_outputs(config, named)}}
     return {
-        "name": config.sie_id,
+        "name": name or config.sie_id,
         "inputs": inputs,
         "outputs": outputs,
         "dims": dims,
@@ -67,20 +76,18 @@ def model_info(state: FrontendState, config: ModelConfig, instance: str) -> dict
         "state": _STATE_NAMES[model_state],
         "last_error": {"code": "MODEL_LOAD_FAILED", "message": error} if error else None,
         "max_sequence_length": config.max_sequence_length,
-        "profiles": {
-            name: {"is_default": name == default, **_profile_outputs(runtime.get(name))}
-            for name in (config.profiles or {"default": 0})
-        },
+        "profiles": profiles,
         "supported": True,
-        "unsupported_profiles": config.refused_profiles or None,
+        "unsupported_profiles": (config.refused_profiles or None) if named is None else None,
         **placement_info(state, slot),
         "instance": instance,
     }
 
 
-def _profile_outputs(runtime: Any) -> dict[str, Any]:
-    if runtime is None:
+def _profile_outputs(config: ModelConfig, profile: str) -> dict[str, Any]:
+    if profile not in config.profiles:
         return {}
+    runtime = config.profiles[profile].adapter_options.runtime
     shown = {"output_types": runtime.output_types, "output_similarity": runtime.output_similarity}
     return {key: value for key, value in shown.items() if value is not None}
 
@@ -111,7 +118,11 @@ async def list_models(request: Request) -> Response:
     state: FrontendState = request.app.state.sie
     state.refresh_catalog()
     instance = request.app.state.instance
-    served = [model_info(state, m, instance) for m in state.catalog.active_models()]
+    served = [
+        model_info(state, config, instance, name)
+        for config in state.catalog.active_models()
+        for name in (config.sie_id, *_profile_ids(state, config))
+    ]
     unsupported = [unsupported_info(u, instance) for u in state.catalog.unsupported.values()]
     return _json({"models": served + unsupported})
 
@@ -123,4 +134,10 @@ async def get_model(request: Request) -> Response:
     if name in state.catalog.unsupported:
         return _json(unsupported_info(state.catalog.unsupported[name], request.app.state.instance))
     _, config = state.model(name)
-    return _json(model_info(state, config, request.app.state.instance))
+    return _json(model_info(state, config, request.app.state.instance, name))
+
+
+def _profile_ids(state: FrontendState, config: ModelConfig) -> list[str]:
+    """`<id>:<profile>` of each served non-default profile not declared as a model of its own."""
+    ids = [f"{config.sie_id}:{p}" for p in config.profiles if p != config.default_profile_name]
+    return [name for name in ids if name not in state.catalog]
