@@ -114,7 +114,9 @@ def test_models_lists_served_refused_and_malformed_files(lab: Lab) -> None:
     response = httpx.get(f"{lab.server.url}/v1/models", timeout=10)
     assert response.status_code == 200, response.text
     listed = {m["name"]: m for m in response.json()["models"]}
-    assert set(listed) == {BGE, E5, REFUSED_MODEL, MALFORMED}
+    # SIE's files name profiles `candle` (BGE's only one, so its default): each is also an id.
+    assert set(listed) == {BGE, f"{BGE}:candle", E5, f"{E5}:candle", REFUSED_MODEL, MALFORMED}
+    assert listed[f"{E5}:candle"]["profiles"] == {"default": {"is_default": True}}
     bge = listed[BGE]
     assert (bge["supported"], bge["state"], bge["loaded"], bge["dims"]) == (
         True,

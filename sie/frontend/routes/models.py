@@ -138,6 +138,7 @@ async def get_model(request: Request) -> Response:
 
 
 def _profile_ids(state: FrontendState, config: ModelConfig) -> list[str]:
-    """`<id>:<profile>` of each served non-default profile not declared as a model of its own."""
-    ids = [f"{config.sie_id}:{p}" for p in config.profiles if p != config.default_profile_name]
+    """`<id>:<profile>` of each served profile not called `default` (SIE's variant ids), unless
+    declared as a model of its own."""
+    ids = [f"{config.sie_id}:{p}" for p in config.profiles if p != "default"]
     return [name for name in ids if name not in state.catalog]
