@@ -17,6 +17,7 @@ from tests.tiny_models.clip import model_yaml_clip
 from tests.tiny_models.colbert import model_yaml_colbert
 from tests.tiny_models.colpali import model_yaml_colpali
 from tests.tiny_models.colqwen2 import model_yaml_colqwen2
+from tests.tiny_models.colqwen3 import model_yaml_colqwen3
 from tests.tiny_models.colsmol import model_yaml_colsmol
 from tests.tiny_models.context_pruner import model_yaml_context_pruner
 from tests.tiny_models.cross_encoder import model_yaml_cross_encoder
@@ -59,6 +60,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_colbert("tiny/colbert", NOWHERE),
     model_yaml_colpali("tiny/colpali", NOWHERE),
     model_yaml_colqwen2("tiny/colqwen2", NOWHERE),
+    model_yaml_colqwen3("tiny/colqwen3", NOWHERE),
     model_yaml_colsmol("tiny/colsmol", NOWHERE),
     model_yaml_hybrid("tiny/hybrid", NOWHERE),
     model_yaml_cross_encoder("tiny/cross-encoder", NOWHERE),

@@ -19,6 +19,7 @@ _SPEC_MODULES = (
     "colbert",
     "colpali",
     "colqwen2",
+    "colqwen3",
     "colsmol",
     "hybrid",
     "cross_encoder",

@@ -96,7 +96,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "Qwen3VLRerankerAdapter": _family("qwen3_vl_reranker"),
     "ColPaliAdapter": _family("colpali"),
     "ColQwen2Adapter": _family("colqwen2"),
-    "ColQwen3Adapter": refused("visual-document retrieval (ColQwen3) is not served here yet"),
+    "ColQwen3Adapter": _family("colqwen3"),
     "ColSmolAdapter": _family("colsmol"),
     "NemoColEmbedAdapter": refused("NVIDIA's vision-language ColEmbed is not served here"),
     "Qwen3VLEmbeddingAdapter": _family("qwen3_vl_embedding"),

@@ -11,6 +11,7 @@ from sie.page_ocr import FAMILIES as _PAGE_OCR
 from sie.sie_yaml.adapters import NV_EMBED
 
 _TEXT_ENCODERS = frozenset({"dense", "hybrid", "splade", "colbert"})
+_COL_VISION = frozenset({"colpali", "colqwen2", "colqwen3", "colsmol"})
 
 # SIE's engine-tuning knobs: they change how SIE's kernels run, not what a model computes.
 _ENGINE_KNOBS = frozenset(
@@ -120,7 +121,7 @@ def loadtime_options(
             runtime.setdefault("default_instruction", value)
         elif family == "colbert" and _colbert_loadtime(key, value, runtime):
             continue
-        elif family in ("colpali", "colqwen2", "colsmol") and key in ("token_dim", "muvera_config"):
+        elif family in _COL_VISION and key in ("token_dim", "muvera_config"):
             _colbert_loadtime(key, value, runtime)  # MUVERA's defaults and the vector size, as ColBERT's
             continue
         elif family == "llm_reranker" and key in _LLM_RERANKER_TUNING:
@@ -147,6 +148,8 @@ def loadtime_options(
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise Refused(f"loadtime.max_len {value!r} is not a positive integer")
             loadtime["max_len"] = value
+        elif key == "max_num_visual_tokens" and family == "colqwen3":  # the frontend's page cap
+            loadtime[key] = _positive_length(value, f"loadtime.{key}")
         elif key == "members" and family == "gliner_union":
             loadtime["members"] = _union_members(value)
         elif not _family_loadtime(family, key, value, loadtime, notes, profile):

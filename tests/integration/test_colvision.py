@@ -1,6 +1,8 @@
-"""ColQwen2.5 and ColSmol end to end: a real server with both tiny models (LoRA folders over their base
-checkpoints), pages and queries over HTTP, against the references of tests/tiny_models (colpali-
-engine's recipe on transformers' and PEFT's code, SIE's prompts) on the same bytes and weights."""
+"""ColQwen2.5, ColQwen3 and ColSmol end to end: a real server with the three tiny models (LoRA
+folders over their base checkpoints; ColQwen3 in TomoroAI's remote-code layout), pages and queries
+over HTTP, against the references of tests/tiny_models (colpali-engine's recipe on transformers' and
+PEFT's code, SIE's prompts; the remote code's recipe on transformers' classes) on the same bytes and
+weights."""
 
 from __future__ import annotations
 
@@ -18,16 +20,18 @@ from sie.frontend.muvera import MuveraParams, fde
 from tests import media_samples as samples
 from tests.integration.server import Server, shm_names
 from tests.integration.wire import decode, encode, post
-from tests.tiny_models import colqwen2, colsmol
+from tests.tiny_models import colqwen2, colqwen3, colsmol
 
 pytestmark = pytest.mark.slow
 
-COLQWEN, COLSMOL = "tiny/colqwen2", "tiny/colsmol"
+COLQWEN, COLQWEN3, COLSMOL = "tiny/colqwen2", "tiny/colqwen3", "tiny/colsmol"
 MODELS = {
     COLQWEN: (colqwen2.make_colqwen2, colqwen2.model_yaml_colqwen2),
+    COLQWEN3: (colqwen3.make_colqwen3, colqwen3.model_yaml_colqwen3),
     COLSMOL: (colsmol.make_colsmol, colsmol.model_yaml_colsmol),
 }
-REFERENCES = {COLQWEN: colqwen2, COLSMOL: colsmol}
+REFERENCES = {COLQWEN: colqwen2, COLQWEN3: colqwen3, COLSMOL: colsmol}
+COMPACT_TOKENS = 80  # the tiny ColQwen3's `compact` profile cap (SIE's: 768)
 # Pages of three shapes (so of three device batches), one item with two of them.
 IMAGES = [
     samples.jpeg(640, 480),
@@ -80,7 +84,7 @@ def multivectors(response: httpx.Response) -> list[np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("model", [COLQWEN, COLSMOL])
+@pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("as_json", [False, True], ids=["msgpack", "json-base64"])
 def test_pages_and_a_query_match_the_reference(served: Served, model: str, as_json: bool) -> None:
     server, folders = served
@@ -101,7 +105,7 @@ def test_pages_and_a_query_match_the_reference(served: Served, model: str, as_js
         np.testing.assert_allclose(mine, theirs, atol=ATOL)
 
 
-@pytest.mark.parametrize("model", [COLQWEN, COLSMOL])
+@pytest.mark.parametrize("model", list(MODELS))
 def test_score_is_maxsim_against_the_reference_vectors(served: Served, model: str) -> None:
     import torch
     import transformers
@@ -121,7 +125,7 @@ def test_score_is_maxsim_against_the_reference_vectors(served: Served, model: st
     np.testing.assert_allclose([scores[f"p{i}"] for i in range(len(IMAGES))], want, atol=1e-3)
 
 
-@pytest.mark.parametrize("model", [COLQWEN, COLSMOL])
+@pytest.mark.parametrize("model", list(MODELS))
 def test_muvera_dense_is_the_fde_of_the_vectors(served: Served, model: str) -> None:
     server, _ = served
     params = {"num_repetitions": 4, "final_projection_dim": 256}
@@ -137,7 +141,7 @@ def test_muvera_dense_is_the_fde_of_the_vectors(served: Served, model: str) -> N
         np.testing.assert_allclose(dense, want[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("model", [COLQWEN, COLSMOL])
+@pytest.mark.parametrize("model", list(MODELS))
 def test_an_oversized_page_is_a_400(served: Served, model: str) -> None:
     server, _ = served
     body = {"items": [{"text": "fine"}, page(samples.jpeg(1001, 1000), as_json=False)]}
@@ -152,19 +156,41 @@ def test_an_oversized_page_is_a_400(served: Served, model: str) -> None:
         assert "Item 1 image 0: image of 1001x1000 pixels is over the limit" in detail["message"]
 
 
-def test_a_page_too_long_for_qwen_is_a_400(served: Served) -> None:
+@pytest.mark.parametrize("model", [COLQWEN, COLQWEN3])
+def test_a_page_too_long_for_qwen_is_a_400(served: Served, model: str) -> None:
     server, _ = served
     body = {
         "items": [page(samples.png_rgba(2010, 10), as_json=False)],
         "params": {"output_types": ["multivector"]},
     }
-    response = encode(server.url, COLQWEN, body, as_json=False)
+    response = encode(server.url, model, body, as_json=False)
     assert response.status_code == 400, response.text
     assert "Item 0 image 0: an image of 2010x10 pixels" in decode(response)["detail"]["message"]
 
 
-def test_sdk_encodes_both_models_as_the_reference(served: Served, tmp_path: Path) -> None:
-    """sie-sdk's encode of a page and a query on ColQwen2.5 and on ColSmol, one run of the real client."""
+def test_colqwen3_profile_ids_cap_pages_and_give_muvera(served: Served) -> None:
+    """SIE's `compact` and `muvera` profiles, by options.profile or as ids of their own (one loaded
+    model): compact pages are resized under its cap as the processor does; muvera answers dense."""
+    server, folders = served
+    body = {"items": [page(IMAGES[0], as_json=False)], "params": {"output_types": ["multivector"]}}
+    want = colqwen3.reference_images(folders[COLQWEN3], IMAGES[:1], COMPACT_TOKENS)[0]
+    full = multivectors(encode(server.url, COLQWEN3, body, as_json=False))[0]
+    for name, options in ((f"{COLQWEN3}:compact", {}), (COLQWEN3, {"profile": "compact"})):
+        request = {**body, "params": {**body["params"], "options": options}}
+        got = multivectors(encode(server.url, name, request, as_json=False))[0]
+        assert got.shape == want.shape and len(got) < len(full), name
+        np.testing.assert_allclose(got, want, atol=ATOL, err_msg=name)
+    muvera = encode(server.url, f"{COLQWEN3}:muvera", {"items": [{"text": QUERY}]}, as_json=False)
+    assert muvera.status_code == 200, muvera.text
+    item = decode(muvera)["items"][0]
+    assert "multivector" not in item and len(item["dense"]["values"]) == 10240  # MUVERA's default size
+    listed = {m["name"]: m for m in httpx.get(f"{server.url}/v1/models", timeout=10).json()["models"]}
+    assert {f"{COLQWEN3}:compact", f"{COLQWEN3}:muvera"} <= set(listed)
+    assert listed[COLQWEN3]["loaded"] and listed[f"{COLQWEN3}:compact"]["loaded"]  # the same instance
+
+
+def test_sdk_encodes_every_model_as_the_reference(served: Served, tmp_path: Path) -> None:
+    """sie-sdk's encode of a page and a query on each model, one run of the real client."""
     from tests.integration.test_sdk import SDK_PYTHON, array, ok, run_sdk
 
     if not SDK_PYTHON.exists():

@@ -65,7 +65,7 @@ class ColQwen2Adapter(PageModel):
             Qwen2_5_VLModel, "qwen2_5_vl", weights_dir, KEY_MAPPING, PROJECTION, dtype
         )
         place(model, torch_device)
-        _patch_embed_as_matmul(model)
+        patch_embed_as_matmul(model)
         normalizer = PixelNormalizer(patch_pages(weights_dir).pixels, torch_device)
         budget = config.profile(profile).max_batch_tokens
         return cls(model, projection, normalizer, name=config.sie_id, max_batch_tokens=budget)
@@ -91,7 +91,7 @@ class ColQwen2Adapter(PageModel):
         }
 
 
-def _patch_embed_as_matmul(model: torch.nn.Module) -> None:
+def patch_embed_as_matmul(model: torch.nn.Module) -> None:
     """The vision tower's patch embedding (a Conv3d whose kernel is its stride, over patches already
     cut) as the one matmul it is: cuDNN runs that conv patch by patch, the slowest step of a page on
     a GPU (as SIE found). Same weights; only the summation order differs."""

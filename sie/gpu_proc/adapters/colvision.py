@@ -62,11 +62,15 @@ def rename(key: str, mapping: KeyMapping) -> str:
     return key
 
 
-def load_backbone(auto_class: Any, base: Path, mapping: KeyMapping, dtype: torch.dtype) -> PreTrainedModel:
+def load_backbone(
+    auto_class: Any, base: Path, mapping: KeyMapping, dtype: torch.dtype, **options: Any
+) -> PreTrainedModel:
     """The backbone from colpali-engine's checkpoint; any of its weights missing there is an error
-    (transformers would leave them random)."""
+    (transformers would leave them random). `options` go to from_pretrained (a `config`)."""
     keys = dict(mapping)
-    loaded: Any = from_pretrained(auto_class, base, dtype, key_mapping=keys, output_loading_info=True)
+    loaded: Any = from_pretrained(
+        auto_class, base, dtype, key_mapping=keys, output_loading_info=True, **options
+    )
     model, info = loaded  # with output_loading_info, (model, what was missing or unexpected)
     missing = sorted(info["missing_keys"])
     if missing:
@@ -75,20 +79,24 @@ def load_backbone(auto_class: Any, base: Path, mapping: KeyMapping, dtype: torch
     return backbone
 
 
-def load_projection(base: Path, name: str, dtype: torch.dtype) -> torch.nn.Linear:
-    """The projection `name` (colpali-engine's, e.g. custom_text_proj) from the checkpoint's files."""
+def load_projection(base: Path, names: str | tuple[str, ...], dtype: torch.dtype) -> torch.nn.Linear:
+    """The projection to token vectors from the checkpoint's files: the first of `names` (colpali-
+    engine's custom_text_proj, another checkpoint's own name) that it holds."""
     from safetensors import safe_open
 
-    wanted = re.compile(rf"^(?:base_model\.model\.)?{re.escape(name)}\.(?P<param>weight|bias)$")
-    params: dict[str, torch.Tensor] = {}
+    names = (names,) if isinstance(names, str) else names
+    pattern = "|".join(re.escape(name) for name in names)
+    wanted = re.compile(rf"^(?:base_model\.model\.)?(?P<name>{pattern})\.(?P<param>weight|bias)$")
+    found: dict[str, dict[str, torch.Tensor]] = {}
     for path in sorted(base.glob("*.safetensors")):
         with safe_open(str(path), "pt") as handle:
             for key in handle.keys():  # noqa: SIM118  # safe_open handles are not iterable
                 match = wanted.match(key)
                 if match:
-                    params[match["param"]] = handle.get_tensor(key)
-    if "weight" not in params:
-        raise ModelConfigError(f"{base}: no {name}.weight (the projection to token vectors)")
+                    found.setdefault(match["name"], {})[match["param"]] = handle.get_tensor(key)
+    params = next((found[name] for name in names if "weight" in found.get(name, {})), None)
+    if params is None:
+        raise ModelConfigError(f"{base}: no {' or '.join(names)} weight (the projection to token vectors)")
     out_dim, in_dim = params["weight"].shape
     projection = torch.nn.Linear(in_dim, out_dim, bias="bias" in params)
     projection.load_state_dict(params)
@@ -100,22 +108,22 @@ def load_page_model(
     model_type: str,
     weights_dir: Path,
     mapping: KeyMapping,
-    projection_name: str,
+    projection_names: str | tuple[str, ...],
     dtype: torch.dtype,
+    **options: Any,
 ) -> tuple[PreTrainedModel, torch.nn.Linear]:
-    """The backbone and its projection from the folder's checkpoint (or the base its LoRA names),
-    the LoRA merged into both."""
+    """The backbone and its projection (under one of `projection_names`) from the folder's
+    checkpoint (or the base its LoRA names), the LoRA merged into both."""
     base = base_folder(weights_dir)
-    model = load_backbone(auto_class, base, mapping, dtype)
+    model = load_backbone(auto_class, base, mapping, dtype, **options)
     if model.config.model_type != model_type:
         raise ModelConfigError(f"{base}: a {model.config.model_type} checkpoint, not {model_type}")
-    projection = load_projection(base, projection_name, dtype)
+    projection = load_projection(base, projection_names, dtype)
+    names = (projection_names,) if isinstance(projection_names, str) else projection_names
     if base != weights_dir:
         merge_lora(
             weights_dir,
-            lambda name: (
-                projection if name == projection_name else model.get_submodule(rename(name, mapping))
-            ),
+            lambda name: projection if name in names else model.get_submodule(rename(name, mapping)),
         )
     return model, projection
 

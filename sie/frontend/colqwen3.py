@@ -1,0 +1,116 @@
+"""ColQwen3's prompts and page sizes (TomoroAI's retriever on Qwen3-VL), as its processor builds them
+(no torch).
+
+A text: the folder's query prefix (none unless processor_config.json gives one), the text without
+its edge whitespace, then ten "<|endoftext|>" (the query augmentation colpali-engine trains with). A
+page: "<|im_start|>user\\n<|vision_start|>", one "<|image_pad|>" per visual token (2 x 2 merged
+16-px patches), then "<|vision_end|>Describe the image.<|im_end|><|endoftext|>"; the pixels resized
+by Qwen2-VL's `smart_resize` between the folder's least pixel count and the profile's
+`max_num_visual_tokens` (1,280 unless the profile says otherwise; SIE's `compact` profile: 768).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from sie.errors import InvalidInput
+from sie.frontend.media.images import resize_pixels
+from sie.frontend.state import FrontendState
+from sie.frontend.target import Target
+from sie.frontend.tasks.encode import Embedded, EmbedOptions
+from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts, split_prompt
+from sie.frontend.tokenize import Encoded, TextTokenizer
+from sie.frontend.wire import Item
+from sie.model_config import resolve_weights_dir
+from sie.page_config import GridPages, PageConfigError, qwen_pages
+
+VISUAL_PREFIX = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe the image."
+VISUAL_SUFFIX = "<|im_end|><|endoftext|>"
+IMAGE_TOKEN = "<|image_pad|>"
+QUERY_SUFFIX = "<|endoftext|>" * 10
+DEFAULT_VISUAL_TOKENS = 1280  # the processor's own cap on a page's visual tokens
+
+
+def visual_token_cap(loadtime: dict[str, Any]) -> int:
+    """The profile's `max_num_visual_tokens` (checked when the YAML was read)."""
+    return int(loadtime.get("max_num_visual_tokens") or DEFAULT_VISUAL_TOKENS)
+
+
+def capped_pages(folder: Path, visual_tokens: int) -> GridPages:
+    """The folder's page rule with the processor's cap: at most `visual_tokens` merged patches."""
+    pages = qwen_pages(folder)
+    most = visual_tokens * pages.factor**2
+    if most < pages.min_pixels:
+        raise PageConfigError(
+            f"{folder}: max_num_visual_tokens {visual_tokens} allows fewer pixels ({most}) than the "
+            f"image processor's least ({pages.min_pixels})"
+        )
+    return dataclasses.replace(pages, max_pixels=most)
+
+
+@dataclass(frozen=True, slots=True)
+class ColQwen3Recipe:
+    tokenizer: Tokenizer  # the model's, truncating at its max length
+    query_prefix: str
+    head: np.ndarray  # int32 prompt ids before the visual tokens
+    tail: np.ndarray  # and after them
+    image_id: int
+    pages: GridPages
+    one_size: ClassVar[bool] = False  # each page keeps its aspect
+
+    @classmethod
+    def for_model(cls, tokenizer: TextTokenizer, folder: Path, visual_tokens: int) -> ColQwen3Recipe:
+        prompts = _processor_prompts(folder)
+        page_prompt = prompts.get("visual_prompt_prefix", VISUAL_PREFIX) + prompts.get(
+            "visual_prompt_suffix", VISUAL_SUFFIX
+        )
+        head, tail, image_id = split_prompt(tokenizer.raw, page_prompt, IMAGE_TOKEN)
+        pages = capped_pages(folder, visual_tokens)
+        return cls(tokenizer.raw, prompts.get("query_prefix", ""), head, tail, image_id, pages)
+
+    def queries(self, texts: Sequence[str]) -> Encoded:
+        prompts = [f"{self.query_prefix}{text.strip()}{QUERY_SUFFIX}" for text in texts]
+        return encode_prompts(self.tokenizer, prompts, add_special_tokens=True)
+
+    def page(self, pixels: np.ndarray, where: str) -> Page:
+        try:
+            height, width = self.pages.resized(*pixels.shape[:2])
+        except ValueError as exc:
+            raise InvalidInput(f"{where}: {exc}") from None
+        resized = resize_pixels(pixels, width, height, self.pages.pixels.resample)
+        visual = np.full(self.pages.image_tokens(height, width), self.image_id, np.int32)
+        return Page(resized, np.concatenate([self.head, visual, self.tail]))
+
+    def unit_bytes(self) -> int:
+        area = self.pages.largest_area
+        return area * 3 + 4 * (len(self.head) + len(self.tail) + self.pages.most_image_tokens)
+
+
+def _processor_prompts(folder: Path) -> dict[str, str]:
+    """The prompt pieces processor_config.json sets (the processor's constructor arguments)."""
+    path = folder / "processor_config.json"
+    raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    keys = ("query_prefix", "visual_prompt_prefix", "visual_prompt_suffix")
+    return {key: raw[key] for key in keys if isinstance(raw, dict) and isinstance(raw.get(key), str)}
+
+
+async def embed(
+    state: FrontendState, target: Target, items: Sequence[Item], texts: list[str], options: EmbedOptions
+) -> Embedded:
+    """The family's encode runner (sie.families.colqwen3): pages at the request profile's cap."""
+    config = target.config
+    cap = visual_token_cap(target.profile.adapter_options.loadtime)
+    recipe = state.tokenizers.derived(
+        config,
+        f"colqwen3:{cap}",
+        lambda tokenizer: ColQwen3Recipe.for_model(tokenizer, resolve_weights_dir(config), cap),
+    )
+    return await embed_pages(state, target, items, texts, options, recipe)
