@@ -36,6 +36,7 @@ from sie.media_config import (
     channel_triple,
     read_preprocessor_config,
 )
+from sie.model_config import ModelConfigError
 from sie.qwen_images import MAX_ASPECT_RATIO, glm_smart_resize, paddle_smart_resize, smart_resize
 
 # SIE's ColQwen2.5 adapter loads its processor with these bounds (in pixels: visual tokens x 28 x 28).
@@ -50,7 +51,7 @@ LANCZOS = 1
 Triple = tuple[float, float, float]
 
 
-class PageConfigError(ValueError):
+class PageConfigError(ModelConfigError):
     """A processor config this server cannot follow."""
 
 

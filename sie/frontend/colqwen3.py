@@ -39,13 +39,10 @@ QUERY_SUFFIX = "<|endoftext|>" * 10
 DEFAULT_VISUAL_TOKENS = 1280  # the processor's own cap on a page's visual tokens
 
 
-def visual_token_cap(loadtime: dict[str, Any]) -> int:
-    """The profile's `max_num_visual_tokens` (checked when the YAML was read)."""
-    return int(loadtime.get("max_num_visual_tokens") or DEFAULT_VISUAL_TOKENS)
-
-
-def capped_pages(folder: Path, visual_tokens: int) -> GridPages:
+def capped_pages(folder: Path, visual_tokens: Any) -> GridPages:
     """The folder's page rule with the processor's cap: at most `visual_tokens` merged patches."""
+    if isinstance(visual_tokens, bool) or not isinstance(visual_tokens, int) or visual_tokens <= 0:
+        raise PageConfigError(f"max_num_visual_tokens {visual_tokens!r} is not a positive integer")
     pages = qwen_pages(folder)
     most = visual_tokens * pages.factor**2
     if most < pages.min_pixels:
@@ -67,7 +64,7 @@ class ColQwen3Recipe:
     one_size: ClassVar[bool] = False  # each page keeps its aspect
 
     @classmethod
-    def for_model(cls, tokenizer: TextTokenizer, folder: Path, visual_tokens: int) -> ColQwen3Recipe:
+    def for_model(cls, tokenizer: TextTokenizer, folder: Path, visual_tokens: Any) -> ColQwen3Recipe:
         prompts = _processor_prompts(folder)
         page_prompt = prompts.get("visual_prompt_prefix", VISUAL_PREFIX) + prompts.get(
             "visual_prompt_suffix", VISUAL_SUFFIX
@@ -107,10 +104,10 @@ async def embed(
 ) -> Embedded:
     """The family's encode runner (sie.families.colqwen3): pages at the request profile's cap."""
     config = target.config
-    cap = visual_token_cap(target.profile.adapter_options.loadtime)
-    recipe = state.tokenizers.derived(
+    cap = target.profile.adapter_options.loadtime.get("max_num_visual_tokens", DEFAULT_VISUAL_TOKENS)
+    recipe = state.tokenizers.derived(  # a bad cap or folder: the model fails to load (502)
         config,
-        f"colqwen3:{cap}",
+        f"colqwen3:{cap!r}",
         lambda tokenizer: ColQwen3Recipe.for_model(tokenizer, resolve_weights_dir(config), cap),
     )
     return await embed_pages(state, target, items, texts, options, recipe)

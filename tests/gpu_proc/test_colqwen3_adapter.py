@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sie.errors import ModelLoadFailed
 from sie.frontend.colqwen3 import ColQwen3Recipe, capped_pages
-from sie.frontend.tokenize import TextTokenizer
+from sie.frontend.tokenize import TextTokenizer, TokenizerCache
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.colqwen3 import ColQwen3Adapter
 from sie.model_config import ModelConfigError, parse_model_config
@@ -151,8 +152,14 @@ def test_a_checkpoint_of_another_model_or_missing_weights_is_refused(folder: Pat
         load(tmp_path)
 
 
-def test_a_cap_below_the_least_page_is_refused(folder: Path) -> None:
+def test_a_cap_below_the_least_page_fails_the_load(folder: Path) -> None:
     with pytest.raises(PageConfigError, match="allows fewer pixels"):
         capped_pages(folder, 63)  # the processor's least: 65,536 pixels, 64 tokens of 32 x 32
+    for bad in ("768", 0, True):
+        with pytest.raises(PageConfigError, match="not a positive integer"):
+            capped_pages(folder, bad)
+    config = parse_model_config(model_yaml_colqwen3("tiny/colqwen3", folder))
+    with pytest.raises(ModelLoadFailed, match=r"'tiny/colqwen3' failed to load: .*allows fewer pixels"):
+        TokenizerCache().derived(config, "pages", lambda tokens: ColQwen3Recipe.for_model(tokens, folder, 8))
     assert capped_pages(folder, 64).max_pixels == 65536
     assert np.isclose(capped_pages(folder, HUB_VISUAL_TOKENS).max_pixels, 1280 * 1024)
