@@ -204,7 +204,9 @@ def test_models_endpoint_shape(minilm_server: Server) -> None:
     # SIE's fields exactly; this server adds its own beside them (placement, lifecycle counts).
     assert {key: info[key] for key in expected} == expected
     listed = {m["name"]: m for m in httpx.get(f"{minilm_server.url}/v1/models", timeout=10).json()["models"]}
-    assert set(listed) == set(load_catalog().names())  # the built-ins: MiniLM, SPLADE-tiny, Rampart
+    catalog = load_catalog()  # the built-ins, and each profile not called default as an id (SIE's)
+    variants = {f"{m.sie_id}:{p}" for m in catalog.active_models() for p in m.profiles if p != "default"}
+    assert variants and set(listed) == set(catalog.names()) | variants
     assert {key: listed[MINILM][key] for key in expected} == expected
 
 

@@ -1,18 +1,27 @@
-"""BEIR SciFact nDCG@10 through the real server reproduces the published MTEB score of MiniLM."""
+"""BEIR SciFact retrieval through the real server (scripts/eval_scifact.py's HTTP path) ranks as
+sentence-transformers ranks with the same MiniLM in process.
+
+All 300 test queries against a fixed slice of the corpus: every relevant document and every 40th
+other one (about 470 abstracts of up to 256 tokens, so truncation is exercised). The whole corpus
+reproduces MTEB's published nDCG@10 (docs/performance.md, "Retrieval quality"), but takes minutes
+on a 2-core box: that is a benchmark, run by the script itself.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
 from types import ModuleType
 
+import numpy as np
 import pytest
 
-from sie.settings import available_cores
-from tests.integration.reference import MINILM
+from tests.integration.reference import MINILM, minilm_dir
 from tests.integration.server import REPO, Server, shm_names
 
 SCRIPT = REPO / "scripts" / "eval_scifact.py"
+EVERY_OTHER = 40  # of the documents no query needs, keep one in this many
 
 
 def load_script() -> ModuleType:
@@ -42,14 +51,33 @@ pytestmark = [
 ]
 
 
-@pytest.mark.timeout(1200)
-def test_scifact_ndcg_matches_mteb() -> None:
-    # Every core for the forward pass: 5,183 documents of up to 256 tokens are the whole cost here.
-    server = Server("--torch-threads", str(available_cores()), frontends=1).wait_ready()
+def test_scifact_ranking_over_http_matches_sentence_transformers() -> None:
+    from sentence_transformers import SentenceTransformer
+
+    documents, queries, qrels = eval_scifact.load_scifact(DATA)
+    relevant = {doc for judged in qrels.values() for doc in judged}
+    others = [doc for doc in documents if doc not in relevant]
+    doc_ids = [doc for doc in documents if doc in relevant or doc in set(others[::EVERY_OTHER])]
+    query_ids = list(queries)
+    doc_texts, query_texts = [documents[d] for d in doc_ids], [queries[q] for q in query_ids]
+    assert len(query_ids) == 300 and len(relevant) <= len(doc_ids) < 500
+
+    server = Server(frontends=1).wait_ready()
     try:
-        result = eval_scifact.run_eval(server.url, MINILM, data=DATA, batch=32, parallel=4)
+
+        def served(texts: list[str], is_query: bool) -> np.ndarray:
+            run = eval_scifact.embed(server.url, MINILM, texts, is_query=is_query, batch=32, parallel=4)
+            return np.stack(asyncio.run(run))
+
+        mine = served(query_texts, True) @ served(doc_texts, False).T
     finally:
         assert server.stop() == 0, server.log()
     assert shm_names(server.instance) == []
-    assert result["documents"] == 5183 and result["queries"] == 300
-    assert abs(result["ndcg_at_10"] - eval_scifact.MTEB_NDCG_AT_10) <= 0.005, result
+
+    model = SentenceTransformer(str(minilm_dir()), device="cpu")
+    encode = model.encode
+    theirs = encode(query_texts, normalize_embeddings=True) @ encode(doc_texts, normalize_embeddings=True).T
+    np.testing.assert_allclose(mine, theirs, atol=1e-4)
+    ndcg = eval_scifact.evaluate(doc_ids, query_ids, mine, qrels)
+    assert ndcg == pytest.approx(eval_scifact.evaluate(doc_ids, query_ids, theirs, qrels), abs=2e-3)
+    assert ndcg > 0.7  # the relevant documents are all there, among few others
