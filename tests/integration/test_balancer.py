@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.balancer]
 NGINX_CONFIG = REPO / "deploy" / "nginx.conf"
 MODELS = [f"tiny/model-{i}" for i in range(6)]
 QUEUE_CAP = 2  # the restarted server's --max-concurrent-requests, for the overload test
-DRAIN_DELAY_S = 2.0  # > fall 2 x inter 300 ms + a check in flight
+DRAIN_DELAY_S = 4.0  # > fall 2 x inter 300 ms + a check in flight, with room for a busy box
 NO_HAPROXY = (
     "haproxy is not installed; `bash scripts/install.sh --test` installs Debian's package when run as "
     "root where apt-get exists"
