@@ -24,10 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from tests.tiny_models.qwen3_vl import MAX_SEQUENCE_LENGTH, SPECIAL_TOKENS, write_tokenizer
+from tests.tiny_models.qwen3_vl import (
+    HIDDEN,
+    MAX_SEQUENCE_LENGTH,
+    MERGE_SIZE,
+    PATCH_SIZE,
+    tiny_qwen3_vl_config,
+    write_tokenizer,
+)
 
-PATCH_SIZE, MERGE_SIZE = 16, 2
-HIDDEN, TOKEN_DIM = 32, 24
+TOKEN_DIM = 24
 VISUAL_PROMPT = (
     "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe the image.<|im_end|><|endoftext|>"
 )
@@ -47,40 +53,7 @@ def make_colqwen3(folder: Path, seed: int = 0, *, legacy_names: bool = False) ->
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = write_tokenizer(folder)
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
-    config = transformers.Qwen3VLConfig(
-        text_config={
-            "hidden_size": HIDDEN,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 8,
-            "vocab_size": tokenizer.get_vocab_size(),
-            "max_position_embeddings": MAX_SEQUENCE_LENGTH,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
-            "initializer_range": 0.2,
-            "tie_word_embeddings": False,
-        },
-        vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 4,
-            "out_hidden_size": HIDDEN,
-            "patch_size": PATCH_SIZE,
-            "spatial_merge_size": MERGE_SIZE,
-            "temporal_patch_size": 2,
-            "num_position_embeddings": 16,
-            "deepstack_visual_indexes": [0],
-            "initializer_range": 0.2,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
+    config = tiny_qwen3_vl_config(tokenizer, tied=False)
     torch.manual_seed(seed)
     vlm = transformers.Qwen3VLForConditionalGeneration(config).eval()
     projection = torch.nn.Linear(HIDDEN, TOKEN_DIM)

@@ -101,13 +101,11 @@ def write_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
-def make_qwen3_vl(folder: Path, seed: int = 0, *, tied: bool = True) -> Path:
-    """Write the tiny model into `folder` (`tied`: the LM head is the embedding matrix)."""
-    import torch
+def tiny_qwen3_vl_config(tokenizer: Any, *, tied: bool) -> Any:
+    """The tiny Qwen3-VL's config (a two-block vision tower with DeepStack, a two-layer decoder) for
+    `tokenizer`'s special tokens; `tied`: the LM head is the embedding matrix."""
     import transformers
 
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = write_tokenizer(folder)
     ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
     text = {
         "hidden_size": HIDDEN,
@@ -134,7 +132,7 @@ def make_qwen3_vl(folder: Path, seed: int = 0, *, tied: bool = True) -> Path:
         "deepstack_visual_indexes": [0],
         "initializer_range": 0.2,
     }
-    config = transformers.Qwen3VLConfig(
+    return transformers.Qwen3VLConfig(
         text_config=text,
         vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
@@ -143,6 +141,16 @@ def make_qwen3_vl(folder: Path, seed: int = 0, *, tied: bool = True) -> Path:
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=tied,
     )
+
+
+def make_qwen3_vl(folder: Path, seed: int = 0, *, tied: bool = True) -> Path:
+    """Write the tiny model into `folder` (`tied`: the LM head is the embedding matrix)."""
+    import torch
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = write_tokenizer(folder)
+    config = tiny_qwen3_vl_config(tokenizer, tied=tied)
     torch.manual_seed(seed)
     transformers.Qwen3VLForConditionalGeneration(config).eval().save_pretrained(folder)
     processor = transformers.Qwen2VLImageProcessorPil(
