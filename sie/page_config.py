@@ -73,30 +73,6 @@ class PageLayout(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class PatchPages:
-    """Qwen2-VL's page sizes: a grid of patch_size patches, merged merge_size x merge_size a token."""
-
-    patch_size: int
-    merge_size: int
-    min_pixels: int
-    max_pixels: int
-    resample: int
-    pixels: ImageSpec  # the rescale and normalization (its height and width: the largest square page)
-
-    @property
-    def factor(self) -> int:
-        return self.patch_size * self.merge_size
-
-    def resized(self, height: int, width: int) -> tuple[int, int]:
-        """(height, width) of the page as the processor resizes it; ValueError for a too-long page."""
-        return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
-
-    def tokens(self, height: int, width: int) -> int:
-        """Visual tokens of a resized page."""
-        return (height // self.patch_size) * (width // self.patch_size) // self.merge_size**2
-
-
-@dataclass(frozen=True, slots=True)
 class TiledPages:
     """Idefics3's page tiles: square tiles of `tile` pixels, and one global view."""
 
@@ -192,8 +168,9 @@ class PixtralPages:
 
 @dataclass(frozen=True, slots=True)
 class GridPages:
-    """GLM-OCR's, PaddleOCR-VL's and LightOnOCR-3's page sizes: Qwen2-VL's grid, the folder's pixel
-    bounds."""
+    """Qwen2-VL's page grid: patch_size patches, merged merge_size x merge_size a token, sized by
+    Qwen2-VL's `smart_resize` (ColQwen2.5, ColQwen3, LightOnOCR-3) or GLM's or PaddleOCR-VL's variant,
+    between pixel bounds."""
 
     patch_size: int
     merge_size: int
@@ -250,20 +227,22 @@ def image_processor_config(folder: Path) -> dict[str, Any]:
     return nested if isinstance(nested, dict) else {}
 
 
-def patch_pages(folder: Path) -> PatchPages:
+def patch_pages(folder: Path) -> GridPages:
+    """ColQwen2.5's pages: the folder's patch grid and normalization, SIE's pixel bounds."""
     raw = image_processor_config(folder)
     if not raw.get("do_resize", True):
         raise PageConfigError(f"{folder}: Qwen2-VL pages need do_resize (sides fitting the patch grid)")
     patch_size, merge_size = int(raw.get("patch_size", 14)), int(raw.get("merge_size", 2))
     side = math.isqrt(QWEN_MAX_PIXELS) // (patch_size * merge_size) * (patch_size * merge_size)
     resample = int(raw.get("resample", BICUBIC))
-    return PatchPages(
+    return GridPages(
         patch_size=patch_size,
         merge_size=merge_size,
+        temporal_patch=int(raw.get("temporal_patch_size", 2)),
         min_pixels=QWEN_MIN_PIXELS,
         max_pixels=QWEN_MAX_PIXELS,
-        resample=resample,
         pixels=_normalization(raw, side, resample, (CLIP_MEAN, CLIP_STD)),
+        rule="qwen",
     )
 
 

@@ -26,7 +26,7 @@ from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts, split_pr
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.frontend.wire import Item
 from sie.model_config import resolve_weights_dir
-from sie.page_config import PatchPages, patch_pages
+from sie.page_config import GridPages, patch_pages
 
 VISUAL_PROMPT = (
     "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe the image.<|im_end|><|endoftext|>"
@@ -41,7 +41,7 @@ class ColQwen2Recipe:
     head: np.ndarray  # int32 prompt ids before the visual tokens
     tail: np.ndarray  # and after them
     image_id: int
-    pages: PatchPages
+    pages: GridPages
     one_size: ClassVar[bool] = False  # each page keeps its aspect
 
     @classmethod
@@ -58,13 +58,13 @@ class ColQwen2Recipe:
             height, width = self.pages.resized(*pixels.shape[:2])
         except ValueError as exc:
             raise InvalidInput(f"{where}: {exc}") from None
-        resized = resize_pixels(pixels, width, height, self.pages.resample)
-        visual = np.full(self.pages.tokens(height, width), self.image_id, np.int32)
+        resized = resize_pixels(pixels, width, height, self.pages.pixels.resample)
+        visual = np.full(self.pages.image_tokens(height, width), self.image_id, np.int32)
         return Page(resized, np.concatenate([self.head, visual, self.tail]))
 
     def unit_bytes(self) -> int:
-        most = self.pages.max_pixels
-        return most * 3 + 4 * (len(self.head) + len(self.tail) + most // self.pages.factor**2)
+        area = self.pages.largest_area
+        return area * 3 + 4 * (len(self.head) + len(self.tail) + self.pages.most_image_tokens)
 
 
 async def embed(

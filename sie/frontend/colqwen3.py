@@ -16,17 +16,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
-from tokenizers import Tokenizer
-
-from sie.errors import InvalidInput
-from sie.frontend.media.images import resize_pixels
+from sie.frontend.colqwen2 import IMAGE_TOKEN, QUERY_SUFFIX, ColQwen2Recipe
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.encode import Embedded, EmbedOptions
-from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts, split_prompt
+from sie.frontend.tasks.pages import embed_pages, encode_prompts, split_prompt
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.frontend.wire import Item
 from sie.model_config import resolve_weights_dir
@@ -34,8 +30,6 @@ from sie.page_config import GridPages, PageConfigError, qwen_pages
 
 VISUAL_PREFIX = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe the image."
 VISUAL_SUFFIX = "<|im_end|><|endoftext|>"
-IMAGE_TOKEN = "<|image_pad|>"
-QUERY_SUFFIX = "<|endoftext|>" * 10
 DEFAULT_VISUAL_TOKENS = 1280  # the processor's own cap on a page's visual tokens
 
 
@@ -54,41 +48,27 @@ def capped_pages(folder: Path, visual_tokens: Any) -> GridPages:
 
 
 @dataclass(frozen=True, slots=True)
-class ColQwen3Recipe:
-    tokenizer: Tokenizer  # the model's, truncating at its max length
-    query_prefix: str
-    head: np.ndarray  # int32 prompt ids before the visual tokens
-    tail: np.ndarray  # and after them
-    image_id: int
-    pages: GridPages
-    one_size: ClassVar[bool] = False  # each page keeps its aspect
+class ColQwen3Recipe(ColQwen2Recipe):
+    """ColQwen2.5's pages and prompt layout (sie.frontend.colqwen2) with ColQwen3's cap, prompts and
+    text handling."""
+
+    query_prefix: str = ""
 
     @classmethod
-    def for_model(cls, tokenizer: TextTokenizer, folder: Path, visual_tokens: Any) -> ColQwen3Recipe:
+    def for_model(
+        cls, tokenizer: TextTokenizer, folder: Path, visual_tokens: Any = DEFAULT_VISUAL_TOKENS
+    ) -> ColQwen3Recipe:
         prompts = _processor_prompts(folder)
         page_prompt = prompts.get("visual_prompt_prefix", VISUAL_PREFIX) + prompts.get(
             "visual_prompt_suffix", VISUAL_SUFFIX
         )
         head, tail, image_id = split_prompt(tokenizer.raw, page_prompt, IMAGE_TOKEN)
         pages = capped_pages(folder, visual_tokens)
-        return cls(tokenizer.raw, prompts.get("query_prefix", ""), head, tail, image_id, pages)
+        return cls(tokenizer.raw, head, tail, image_id, pages, prompts.get("query_prefix", ""))
 
     def queries(self, texts: Sequence[str]) -> Encoded:
         prompts = [f"{self.query_prefix}{text.strip()}{QUERY_SUFFIX}" for text in texts]
         return encode_prompts(self.tokenizer, prompts, add_special_tokens=True)
-
-    def page(self, pixels: np.ndarray, where: str) -> Page:
-        try:
-            height, width = self.pages.resized(*pixels.shape[:2])
-        except ValueError as exc:
-            raise InvalidInput(f"{where}: {exc}") from None
-        resized = resize_pixels(pixels, width, height, self.pages.pixels.resample)
-        visual = np.full(self.pages.image_tokens(height, width), self.image_id, np.int32)
-        return Page(resized, np.concatenate([self.head, visual, self.tail]))
-
-    def unit_bytes(self) -> int:
-        area = self.pages.largest_area
-        return area * 3 + 4 * (len(self.head) + len(self.tail) + self.pages.most_image_tokens)
 
 
 def _processor_prompts(folder: Path) -> dict[str, str]:
