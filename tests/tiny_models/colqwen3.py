@@ -27,9 +27,8 @@ import numpy as np
 from tests.tiny_models.qwen3_vl import (
     HIDDEN,
     MAX_SEQUENCE_LENGTH,
-    MERGE_SIZE,
-    PATCH_SIZE,
     tiny_qwen3_vl_config,
+    write_image_processor,
     write_tokenizer,
 )
 
@@ -80,15 +79,7 @@ def make_colqwen3(folder: Path, seed: int = 0, *, legacy_names: bool = False) ->
         weights |= {f"embedding_proj_layer.{k}": v for k, v in projection.state_dict().items()}
     contiguous = {k: v.contiguous() for k, v in weights.items()}
     save_file(contiguous, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    processor = transformers.Qwen2VLImageProcessorPil(
-        patch_size=PATCH_SIZE,
-        merge_size=MERGE_SIZE,
-        temporal_patch_size=2,
-        image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5],
-        size={"shortest_edge": 65536, "longest_edge": 16777216},  # Qwen3-VL's; the processor caps it
-    )
-    processor.save_pretrained(folder)
+    write_image_processor(folder)
     (folder / "processor_config.json").write_text(
         json.dumps({"processor_class": "ColQwen3Processor", "auto_map": AUTO_MAP})
     )

@@ -153,16 +153,23 @@ def make_qwen3_vl(folder: Path, seed: int = 0, *, tied: bool = True) -> Path:
     config = tiny_qwen3_vl_config(tokenizer, tied=tied)
     torch.manual_seed(seed)
     transformers.Qwen3VLForConditionalGeneration(config).eval().save_pretrained(folder)
-    processor = transformers.Qwen2VLImageProcessorPil(
+    write_image_processor(folder)
+    return folder
+
+
+def write_image_processor(folder: Path) -> None:
+    """Qwen3-VL's preprocessor_config.json: Qwen2VLImageProcessor with 16-px patches and the hub's
+    pixel bounds (SIE and ColQwen3's processor override them)."""
+    import transformers
+
+    transformers.Qwen2VLImageProcessorPil(
         patch_size=PATCH_SIZE,
         merge_size=MERGE_SIZE,
         temporal_patch_size=2,
         image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5],
-        size={"shortest_edge": 65536, "longest_edge": 16777216},  # the hub's; SIE overrides both
-    )
-    processor.save_pretrained(folder)
-    return folder
+        size={"shortest_edge": 65536, "longest_edge": 16777216},
+    ).save_pretrained(folder)
 
 
 def model_yaml_qwen3_vl_embedding(sie_id: str, folder: Path) -> dict[str, Any]:
