@@ -103,12 +103,13 @@ def test_grounding_and_fewer_new_tokens_at_a_vanishing_temperature(lab: Lab, pro
 
 def test_pages_are_sampled(lab: Lab) -> None:
     """At a high temperature the same page reads differently from request to request; the profile's
-    own temperature (0.1) gives text the model can write."""
+    own temperature (0.1) gives text the model can write. A random model may sample end-of-text
+    first on any one page, so the cool reading covers every page: some must say something."""
     options = {"temperature": 20.0, "top_p": 1.0}
     hot = {transcripts(lab.extract(lab.pages[:1], {"options": options}))[0] for _ in range(4)}
     assert len(hot) > 1
-    (cool,) = transcripts(lab.extract(lab.pages[:1]))
-    assert cool
+    cool = transcripts(lab.extract(lab.pages))
+    assert len(cool) == len(lab.pages) and any(cool)
 
 
 @pytest.mark.parametrize(
