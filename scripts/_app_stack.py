@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from sie.catalog import Catalog, load_catalog
 from sie.frontend import h11_writes
 from sie.frontend.app import build_app
 from sie.frontend.devices import Placement
@@ -24,7 +25,6 @@ from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.metrics.block import StatsBlock
 from sie.metrics.recorders import FrontendRecorder
-from sie.model_config import Catalog, load_catalog
 from sie.settings import Settings
 from sie.shm.control import ModelState
 from sie.shm.layout import ResultKind, TokenBatch

@@ -49,7 +49,8 @@ def measure_raw(
     import torch
     from tokenizers import Tokenizer
 
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
     from sie.settings import available_cores
 
     config = load_catalog(models_dir).get(model_id)

@@ -155,7 +155,8 @@ def main() -> None:
     parser.add_argument("--poll-ms", type=float, default=10.0, help="between requests while loading")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes_mb.split(",")]
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
 
     tokenizer_dir = resolve_weights_dir(load_catalog().get(MINILM))
     scratch = Path(tempfile.mkdtemp(prefix="sie-bench-cold-"))

@@ -43,9 +43,9 @@ except ModuleNotFoundError:  # run from a checkout without `pip install -e .`
 import msgspec
 import numpy as np
 
+from sie.catalog import load_catalog
 from sie.catalog_defaults import with_server_defaults
 from sie.frontend.code_points import CodePointTokenizer
-from sie.model_config import load_catalog
 from sie.settings import Settings
 from sie.shared_catalog import share_catalog
 from sie.shm.control import ControlBlock, DeviceState, ModelState

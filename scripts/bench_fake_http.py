@@ -32,7 +32,8 @@ from _server import cpu_by_role, cpu_seconds, free_port, server_pids, start_serv
 from _wrk import body_script, run_wrk
 from bench_overhead import mean_batch_size, measure_stack, request_bodies
 
-from sie.model_config import load_catalog, resolve_weights_dir
+from sie.catalog import load_catalog
+from sie.model_location import resolve_weights_dir
 
 MODEL = "sie-fake"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

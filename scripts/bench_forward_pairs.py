@@ -24,11 +24,12 @@ from bench import make_texts  # scripts/ is on sys.path when run as a script
 from bench_packed import encode_batch
 from tokenizers import Tokenizer
 
+from sie.catalog import load_catalog
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.batcher import Batch
 from sie.gpu_proc.cpu_linear import onednn_wanted, with_onednn_linears
 from sie.gpu_proc.runner import Runner
-from sie.model_config import load_catalog, resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -39,7 +39,8 @@ def build_models(root: Path, n_models: int) -> tuple[Path, list[str]]:
     import transformers
     import yaml
 
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
 
     minilm = resolve_weights_dir(load_catalog().get(MINILM))
     config = transformers.BertConfig(

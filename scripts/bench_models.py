@@ -48,7 +48,8 @@ def build_models(root: Path, k: int) -> tuple[Path, list[str], int]:
     import torch
     import transformers
 
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
     from sie.settings import DEFAULT_MODEL
 
     tokenizer_dir = resolve_weights_dir(load_catalog().get(DEFAULT_MODEL))

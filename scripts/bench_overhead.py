@@ -86,7 +86,8 @@ def build_tiny_model(root: Path) -> Path:
     import transformers
     import yaml
 
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
 
     minilm = resolve_weights_dir(load_catalog().get(MINILM))
     config = transformers.BertConfig(

@@ -82,7 +82,8 @@ def _fabricate(hub: Path, model_id: str, spec: dict[str, Any]) -> Path:
     import torch
     import transformers
 
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
 
     entry = load_catalog().get(model_id)
     revision = entry.hf_revision  # SIE's pinned revision, as the catalog has it

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from sie.model_config import BUILTIN_MODELS_DIR, ModelConfigError, load_model_file, parse_model_config
+from sie.catalog import BUILTIN_MODELS_DIR
+from sie.model_config import ModelConfigError, load_model_file, parse_model_config
 from sie.sie_yaml import is_sie_format, translate
 
 MARK = "# Written by scripts/write_builtin_catalog.py from SIE's catalog entry for this id."

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from sie.model_config import DEFAULT_MAX_BATCH_TOKENS, Catalog, ModelConfig, Profile
+from sie.catalog import Catalog
+from sie.model_config import DEFAULT_MAX_BATCH_TOKENS, ModelConfig, Profile
 from sie.settings import Settings
 
 

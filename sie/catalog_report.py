@@ -14,7 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from sie.model_config import BUILTIN_MODELS_DIR, Catalog, ModelConfigError
+from sie.catalog import BUILTIN_MODELS_DIR, Catalog
+from sie.model_config import ModelConfigError
 
 logger = logging.getLogger("sie.catalog")
 

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sie.model_config import ModelConfig, hf_snapshot
+from sie.model_config import ModelConfig
+from sie.model_location import hf_snapshot
 
 DEFAULT_HEAD_FILE = "best.pt"
 # SIE's defaults: a token below the first is pruned, at or above the second highlighted.

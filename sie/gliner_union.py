@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sie.model_config import ModelConfig, hf_snapshot
+from sie.model_config import ModelConfig
+from sie.model_location import hf_snapshot
 
 MEMBER_KEYS = frozenset({"model", "revision", "path", "options"})
 # SIE's GLiNERAdapter options a member may set, and SIE's engine tuning that changes no result.

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from sie.model_config import ModelConfigError, repository_dir
+from sie.model_config import ModelConfigError
+from sie.model_location import repository_dir
 
 CONFIG_FILE = "glirel_config.json"
 REL_TOKEN = "[REL]"  # GLiREL's relation-type marker, one before each type in the prompt

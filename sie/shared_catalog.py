@@ -15,8 +15,9 @@ import time
 
 import msgspec
 
+from sie.catalog import Catalog, UnsupportedModel
 from sie.memfd import read_all, write_all
-from sie.model_config import Catalog, ModelConfig, UnsupportedModel
+from sie.model_config import ModelConfig
 from sie.shm.control import ControlBlock
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from sie.catalog import Catalog
 from sie.catalog_defaults import with_server_defaults
-from sie.model_config import DEFAULT_MAX_BATCH_TOKENS, Catalog, parse_model_config
+from sie.model_config import DEFAULT_MAX_BATCH_TOKENS, parse_model_config
 from sie.settings import Settings
 
 

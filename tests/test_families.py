@@ -10,9 +10,10 @@ from typing import Any, get_args
 
 import pytest
 
+from sie.catalog import BUILTIN_MODELS_DIR
 from sie.families import FAMILIES, Family, UnknownFamily, family_of
 from sie.media_config import ImageKind
-from sie.model_config import BUILTIN_MODELS_DIR, ModelConfig, load_model_file, parse_model_config
+from sie.model_config import ModelConfig, load_model_file, parse_model_config
 from tests.tiny_models.clip import model_yaml_clip
 from tests.tiny_models.colbert import model_yaml_colbert
 from tests.tiny_models.colpali import model_yaml_colpali

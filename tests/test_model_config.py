@@ -5,18 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sie.model_config import (
-    DEFAULT_SPARSE_MODEL,
-    Catalog,
-    ModelConfigError,
-    load_catalog,
-    parse_model_config,
-    preload_names,
-    read_models_dir,
-    resolve_tokenizer_file,
-    resolve_weights_dir,
-    weights_present,
-)
+from sie.catalog import DEFAULT_SPARSE_MODEL, Catalog, load_catalog, preload_names, read_models_dir
+from sie.model_config import ModelConfigError, parse_model_config
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir, weights_present
 from sie.settings import DEFAULT_MODEL
 
 

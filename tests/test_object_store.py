@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sie import catalog_report
-from sie.model_config import Catalog, read_model_texts, select_catalog
+from sie.catalog import Catalog, read_model_texts, select_catalog
 from sie.object_store import ObjectStoreError, is_remote, is_url, local_path, read_yaml_files, require_backend
 from sie.supervisor.catalog_source import CatalogSource
 from tests.object_stores import GcsEmulator, MotoS3

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sie.model_config import load_catalog
+from sie.catalog import load_catalog
 from sie.shared_catalog import CatalogFeed, read_shared_catalog, share_catalog, write_catalog
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from sie.catalog import Catalog, load_catalog, read_models_dir
 from sie.catalog_report import text_lines
 from sie.families import FAMILIES
-from sie.model_config import Catalog, ModelConfigError, load_catalog, parse_model_config, read_models_dir
+from sie.model_config import ModelConfigError, parse_model_config
 from sie.sie_yaml import ADAPTERS, adapter_class, is_sie_format, translate
 
 SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"

@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 
 from sie.gpu_proc.tokenizer_conversion import convert_tokenizers
-from sie.model_config import (
-    ModelConfigError,
-    folder_tokenizer_file,
-    parse_model_config,
-    resolve_tokenizer_file,
-    tokenizer_repositories,
-)
+from sie.model_config import ModelConfigError, parse_model_config
+from sie.model_location import folder_tokenizer_file, resolve_tokenizer_file, tokenizer_repositories
 from sie.tokenizer_files import (
     OWN_DIR,
     conversion_key,

@@ -226,7 +226,8 @@ def default_tokenizer_dir() -> Path:
     kit = REPO / ".gpu-wheels" / "tokenizer"
     if (kit / "tokenizer.json").is_file():
         return kit
-    from sie.model_config import load_catalog, resolve_weights_dir
+    from sie.catalog import load_catalog
+    from sie.model_location import resolve_weights_dir
     from sie.settings import DEFAULT_MODEL
 
     return resolve_weights_dir(load_catalog().get(DEFAULT_MODEL))

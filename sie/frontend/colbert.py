@@ -25,7 +25,8 @@ import numpy as np
 
 from sie.frontend.model_files import read_json_object, tokenizer_settings
 from sie.frontend.tokenize import Encoded, TextTokenizer
-from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions, resolve_weights_dir
+from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions
+from sie.model_location import resolve_weights_dir
 
 KEEP = 1  # aux bit 0: the token's vector is part of the output
 ATTEND = 2  # aux bit 1: the encoder attends to the token

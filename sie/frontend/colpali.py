@@ -26,7 +26,7 @@ from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.frontend.wire import Item
 from sie.media_config import ImageSpec, image_spec, read_preprocessor_config
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 
 QUERY_PREFIX = "Question: "
 VISUAL_PROMPT_PREFIX = "Describe the image."

@@ -25,7 +25,7 @@ from sie.frontend.tasks.encode import Embedded, EmbedOptions
 from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts, split_prompt
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.frontend.wire import Item
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 from sie.page_config import GridPages, patch_pages
 
 VISUAL_PROMPT = (

@@ -28,7 +28,7 @@ from sie.frontend.tasks.encode import Embedded, EmbedOptions
 from sie.frontend.tasks.pages import Page, embed_pages, encode_prompts, split_prompt
 from sie.frontend.tokenize import Encoded, TextTokenizer
 from sie.frontend.wire import Item
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 from sie.page_config import TiledPages, tiled_pages
 
 VISUAL_PROMPT = "<|im_start|>User:<image>Describe the image.<end_of_utterance>\nAssistant:"

@@ -26,7 +26,7 @@ import numpy as np
 
 from sie.errors import InvalidInput
 from sie.frontend.tokenize import Encoded, TextTokenizer
-from sie.model_config import resolve_tokenizer_file, resolve_weights_dir
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.model_config import ModelConfig

@@ -34,7 +34,7 @@ from sie.frontend.gliner import (
     words_mask,
 )
 from sie.frontend.tokenize import Encoded
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.frontend.tokenize import TextTokenizer

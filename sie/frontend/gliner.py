@@ -30,7 +30,7 @@ from tokenizers import Encoding, Tokenizer, processors
 from sie.errors import InvalidInput
 from sie.frontend.model_files import token_content
 from sie.frontend.tokenize import Encoded
-from sie.model_config import folder_tokenizer_file, resolve_weights_dir
+from sie.model_location import folder_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.frontend.tokenize import TextTokenizer

@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from sie.errors import InputTooLong, InvalidInput
 from sie.frontend.tokenize import Encoded
-from sie.model_config import folder_tokenizer_file, resolve_weights_dir
+from sie.model_location import folder_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.frontend.tokenize import TextTokenizer

@@ -35,13 +35,8 @@ from sie.frontend.gliner import (
 )
 from sie.frontend.gliner import words_mask as gliner_words_mask
 from sie.frontend.tokenize import Encoded
-from sie.model_config import (
-    ModelConfigError,
-    find_tokenizer_file,
-    folder_tokenizer_file,
-    hf_snapshot,
-    resolve_weights_dir,
-)
+from sie.model_config import ModelConfigError
+from sie.model_location import find_tokenizer_file, folder_tokenizer_file, hf_snapshot, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.model_config import ModelConfig

@@ -34,7 +34,7 @@ from sie.errors import InvalidInput
 from sie.frontend.model_files import read_json_object
 from sie.frontend.tokenize import Encoded
 from sie.glirel_config import REL_TOKEN, SEP_TOKEN, GlirelSettings, backbone_dir
-from sie.model_config import resolve_tokenizer_file, resolve_weights_dir
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.model_config import ModelConfig

@@ -24,7 +24,8 @@ from sie.frontend.detokenize import clean_up_tokenization
 from sie.frontend.media.images import resize_pixels
 from sie.frontend.model_files import read_json_object, token_content
 from sie.frontend.qwen3_vl import check_text
-from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 from sie.page_config import PageLayout
 from sie.page_ocr import OcrFamily, image_token_id
 from sie.tokenizer_files import chat_template

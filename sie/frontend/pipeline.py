@@ -18,7 +18,7 @@ from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tokenize import Encoded
-from sie.model_config import weights_present
+from sie.model_location import weights_present
 from sie.shm.control import ModelState
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 

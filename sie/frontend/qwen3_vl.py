@@ -25,7 +25,8 @@ from sie.frontend.media.images import decode_image, resize_pixels, resized_size
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.images import ImageUnit
-from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 
 DEFAULT_LIMIT = 32768  # tokens of one prompt when the YAML sets no max_sequence_length
 

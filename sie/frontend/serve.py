@@ -14,6 +14,7 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
 from sie.bearer_tokens import read_shared_tokens
+from sie.catalog import Catalog, preload_names
 from sie.errors import ModelLoadFailed
 from sie.frontend import h11_writes
 from sie.frontend.app import build_app
@@ -29,7 +30,7 @@ from sie.heap import HeapTrimmer
 from sie.logs import configure_logging
 from sie.metrics.block import StatsBlock
 from sie.metrics.recorders import FrontendRecorder
-from sie.model_config import Catalog, preload_names, weights_present
+from sie.model_location import weights_present
 from sie.settings import Settings
 from sie.shared_catalog import CatalogFeed
 from sie.shm.control import ControlBlock

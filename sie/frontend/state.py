@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sie.catalog import Catalog
 from sie.errors import ModelLoadFailed, ModelNotFound
 from sie.frontend.devices import Devices
 from sie.frontend.media.workers import MediaWorkers
 from sie.frontend.observe import note_model
 from sie.frontend.operations import Operations
 from sie.frontend.tokenize import TokenizerCache
-from sie.model_config import Catalog, ModelConfig
+from sie.model_config import ModelConfig
 from sie.settings import Settings
 from sie.shared_catalog import CatalogFeed
 from sie.version import SIE_PROTOCOL_VERSION

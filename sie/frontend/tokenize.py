@@ -19,7 +19,8 @@ from tokenizers import Encoding, Tokenizer
 
 from sie.errors import InvalidInput, ModelLoadFailed
 from sie.frontend.model_files import read_json_object
-from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions, resolve_tokenizer_file
+from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions
+from sie.model_location import resolve_tokenizer_file
 
 T = TypeVar("T")
 

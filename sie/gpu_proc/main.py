@@ -8,6 +8,7 @@ import signal
 import torch
 from transformers.utils import logging as transformers_logging
 
+from sie.catalog import Catalog
 from sie.gpu_proc.adapters.base import load_adapter
 from sie.gpu_proc.adapters.cuda_graphs import Graphs
 from sie.gpu_proc.attention import configure_attention
@@ -24,7 +25,6 @@ from sie.gpu_proc.runner import Runner
 from sie.gpu_proc.threads import ThreadPolicy, concurrent_batches, no_openmp_team
 from sie.gpu_proc.weights import cluster_weights
 from sie.logs import configure_logging
-from sie.model_config import Catalog
 from sie.settings import Settings, available_cores
 from sie.shared_catalog import CatalogFeed
 from sie.shm.control import ControlBlock, DeviceState

@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sie.catalog import Catalog
 from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.lora import LoraMissing, LoraSet
 from sie.gpu_proc.weights import local_weights
-from sie.model_config import Catalog, ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_weights_dir
 from sie.shm.control import ControlBlock, ModelState
 from sie.shm.layout import Status
 

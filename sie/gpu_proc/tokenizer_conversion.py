@@ -18,13 +18,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from sie.model_config import (
-    ModelConfig,
-    ModelConfigError,
-    hf_hub_cache,
-    repository_dir,
-    tokenizer_repositories,
-)
+from sie.model_config import ModelConfig, ModelConfigError
+from sie.model_location import hf_hub_cache, repository_dir, tokenizer_repositories
 from sie.tokenizer_files import (
     SIDECARS,
     TOKENIZER_JSON,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from sie.model_config import Catalog, ModelConfigError, load_catalog, read_model_texts, select_catalog
+from sie.catalog import Catalog, load_catalog, read_model_texts, select_catalog
+from sie.model_config import ModelConfigError
 from sie.object_store import ObjectStoreError, is_remote, local_path, read_yaml_files
 from sie.supervisor.watch import ModelsDirWatch
 

@@ -23,9 +23,10 @@ import time
 import msgspec
 
 from sie.bearer_tokens import load_tokens, share_tokens
+from sie.catalog import Catalog, preload_names
 from sie.catalog_defaults import with_server_defaults
 from sie.catalog_report import log_catalog
-from sie.model_config import Catalog, ModelConfigError, preload_names
+from sie.model_config import ModelConfigError
 from sie.object_store import require_backend
 from sie.settings import Settings, available_cores
 from sie.shared_catalog import share_catalog, write_catalog

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sie.model_config import BUILTIN_MODELS_DIR
+from sie.catalog import BUILTIN_MODELS_DIR
 
 POLL_S = 2.0
 

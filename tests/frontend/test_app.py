@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
+from sie.catalog import Catalog, UnsupportedModel, load_catalog
 from sie.errors import DeviceUnavailable, InputTooLong, QueueFull, SieError
 from sie.frontend.app import build_app
 from sie.frontend.devices import Placement
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
-from sie.model_config import Catalog, UnsupportedModel, load_catalog, parse_model_config
+from sie.model_config import parse_model_config
 from sie.settings import Settings
 from sie.shm.control import ModelState
 from sie.shm.layout import ResultKind, TokenBatch

@@ -13,10 +13,12 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from sie.catalog import load_catalog
 from sie.frontend.entities import aggregate_simple, id2label_of
 from sie.frontend.tokenize import CHARS_PER_TOKEN_GUESS, TextTokenizer
 from sie.gpu_proc.adapters import load_adapter
-from sie.model_config import load_catalog, parse_model_config, resolve_weights_dir
+from sie.model_config import parse_model_config
+from sie.model_location import resolve_weights_dir
 from tests.tiny_models.token_classification import (
     LABELS,
     MAX_SEQUENCE_LENGTH,

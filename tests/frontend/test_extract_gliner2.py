@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from sie.catalog import load_catalog
 from sie.errors import InvalidInput
 from sie.frontend.tasks.extract import ExtractJob
 from sie.frontend.tasks.extract_gliner2 import plan
-from sie.model_config import load_catalog
 
 SIE_CATALOG = Path(__file__).resolve().parents[3] / "shared" / "sie-catalog" / "models"
 SERVED = ["fastino/gliner2-base-v1", "fastino/gliner2-large-v1", "fastino/gliguard-LLMGuardrails-300M"]

@@ -14,12 +14,13 @@ import pytest
 import transformers
 from starlette.testclient import TestClient
 
+from sie.catalog import Catalog
 from sie.frontend.app import build_app
 from sie.frontend.idf import IdfTable, read_idf_table
 from sie.frontend.state import FrontendState
 from sie.frontend.target import resolve
 from sie.frontend.tasks.idf_queries import try_idf_queries
-from sie.model_config import Catalog, parse_model_config
+from sie.model_config import parse_model_config
 from sie.settings import Settings
 from sie.shm.control import ModelState
 from tests.frontend.test_app import FakeDevices, error_of

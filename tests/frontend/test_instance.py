@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
+from sie.catalog import Catalog, load_catalog
 from sie.frontend.app import build_app
 from sie.frontend.devices import Placement
 from sie.frontend.instance import instance_id
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
-from sie.model_config import Catalog, load_catalog
 from sie.settings import Settings
 from sie.shm.control import ModelState, ModelUsage
 from sie.shm.layout import TokenBatch

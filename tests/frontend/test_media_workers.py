@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from sie.catalog import Catalog
 from sie.frontend.media.workers import MediaWorkers
 from sie.frontend.state import FrontendState
-from sie.model_config import Catalog
 from sie.settings import Settings
 
 REQUEST = contextvars.ContextVar("request", default="none")

@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sie.catalog import Catalog
 from sie.errors import InvalidInput, ModelNotFound
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, bind, resolve
 from sie.frontend.tasks import score as score_task
 from sie.frontend.tasks.encode import Embedded, EmbedOptions
-from sie.model_config import Catalog, parse_model_config
+from sie.model_config import parse_model_config
 from sie.settings import Settings
 from tests.frontend.test_app import FakeDevices
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sie.catalog import Catalog
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, bind
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import Adapter
-from sie.model_config import Catalog, parse_model_config
+from sie.model_config import parse_model_config
 from sie.settings import Settings
 from sie.shm.control import ModelState
 from sie.shm.layout import TokenBatch

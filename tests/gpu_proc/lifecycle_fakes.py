@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sie.catalog import Catalog
 from sie.gpu_proc.memory import MemoryReading
-from sie.model_config import Catalog, ModelConfig, parse_model_config
+from sie.model_config import ModelConfig, parse_model_config
 from sie.shm.control import ControlBlock, ModelState
 
 MIB = 1 << 20

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from sie.catalog import Catalog
 from sie.frontend.code_points import CodePointTokenizer
 from sie.gpu_proc.adapters.base import load_adapter
 from sie.gpu_proc.batcher import Batcher
@@ -21,7 +22,7 @@ from sie.gpu_proc.inference import InferenceThread
 from sie.gpu_proc.loop import DeviceLoop, RingPair
 from sie.gpu_proc.registry import Registry, weight_file_bytes
 from sie.gpu_proc.runner import Runner
-from sie.model_config import Catalog, parse_model_config
+from sie.model_config import parse_model_config
 from sie.shm.control import ModelState
 from sie.shm.layout import (
     Op,

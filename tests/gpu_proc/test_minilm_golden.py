@@ -10,10 +10,12 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from sie.catalog import BUILTIN_MODELS_DIR
 from sie.gpu_proc.adapters import Adapter, load_adapter
 from sie.gpu_proc.batcher import Batcher
 from sie.gpu_proc.runner import Runner
-from sie.model_config import BUILTIN_MODELS_DIR, load_model_file, resolve_weights_dir
+from sie.model_config import load_model_file
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, TokenBatch
 
 GOLDEN = json.loads((Path(__file__).parents[1] / "golden" / "minilm.json").read_text())

@@ -11,12 +11,14 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
+from sie.catalog import load_catalog
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.splade import SpladeAdapter
 from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.runner import Runner
-from sie.model_config import load_catalog, parse_model_config, resolve_weights_dir
+from sie.model_config import parse_model_config
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, mask_of
 from tests.tiny_models.splade import VOCAB_SIZE, make_splade, model_yaml_splade
 

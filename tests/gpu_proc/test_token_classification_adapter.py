@@ -12,6 +12,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
+from sie.catalog import load_catalog
 from sie.frontend.tokenize import TextTokenizer
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.base import Adapter
@@ -21,7 +22,8 @@ from sie.gpu_proc.adapters.token_classification import (
     TorchBackend,
     find_onnx,
 )
-from sie.model_config import load_catalog, parse_model_config, resolve_weights_dir
+from sie.model_config import parse_model_config
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import ResultKind
 from tests.tiny_models.token_classification import (
     LABELS,

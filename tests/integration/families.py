@@ -70,7 +70,7 @@ BUILDERS: dict[str, Builder] = {
 
 def build_models_dir(root: Path) -> tuple[Path, dict[str, Path]]:
     """Weights folders under root/weights, YAML files under root/models (plus the built-in MiniLM)."""
-    from sie.model_config import BUILTIN_MODELS_DIR
+    from sie.catalog import BUILTIN_MODELS_DIR
 
     models_dir = root / "models"
     models_dir.mkdir(parents=True)

@@ -10,7 +10,8 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoModel
 
-from sie.model_config import load_catalog, resolve_weights_dir
+from sie.catalog import load_catalog
+from sie.model_location import resolve_weights_dir
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sie.model_config import BUILTIN_MODELS_DIR, load_catalog
+from sie.catalog import BUILTIN_MODELS_DIR, load_catalog
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings, token_count
 from tests.integration.server import Server, wait_until
 from tests.integration.texts import assert_close, random_texts

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sie.model_config import BUILTIN_MODELS_DIR
+from sie.catalog import BUILTIN_MODELS_DIR
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings
 from tests.integration.server import Server, shm_names, wait_until
 from tests.integration.texts import random_texts

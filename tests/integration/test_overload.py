@@ -23,8 +23,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from sie.catalog import BUILTIN_MODELS_DIR
 from sie.frontend.hostinfo import process_usage
-from sie.model_config import BUILTIN_MODELS_DIR
 from tests.integration.reference import MINILM
 from tests.integration.server import Server, metric_sum, wait_until
 from tests.integration.texts import random_texts

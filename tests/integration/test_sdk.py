@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sie.model_config import BUILTIN_MODELS_DIR
+from sie.catalog import BUILTIN_MODELS_DIR
 from tests.integration.reference import MINILM, minilm_dir, reference_embeddings
 from tests.integration.server import REPO, Server, shm_names
 from tests.integration.texts import assert_close

@@ -13,7 +13,9 @@ import string
 from pathlib import Path
 from typing import Any, Literal
 
-from sie.model_config import BUILTIN_MODELS_DIR, load_model_file, resolve_weights_dir
+from sie.catalog import BUILTIN_MODELS_DIR
+from sie.model_config import load_model_file
+from sie.model_location import resolve_weights_dir
 
 # Read only MiniLM's YAML: the built-in catalog also holds models this tokenizer has nothing to do with.
 MINILM_YAML = BUILTIN_MODELS_DIR / "sentence-transformers__all-MiniLM-L6-v2.yaml"

@@ -15,8 +15,9 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sie.catalog import UnsupportedModel
 from sie.frontend.state import FrontendState
-from sie.model_config import ModelConfig, UnsupportedModel, profile_in_id
+from sie.model_config import ModelConfig, profile_in_id
 from sie.shm.control import ModelState
 
 _STATE_NAMES = {

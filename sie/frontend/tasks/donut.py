@@ -29,7 +29,8 @@ from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, image_units
 from sie.frontend.wire import Item
-from sie.model_config import RuntimeOptions, resolve_tokenizer_file, resolve_weights_dir
+from sie.model_config import RuntimeOptions
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 OPTIONS = frozenset({"task", "max_new_tokens", "num_beams", "instruction", "profile"})

@@ -23,7 +23,8 @@ from sie.frontend.pipeline import admit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, submit_extract
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import ResultKind
 
 DEFAULT_THRESHOLD = 0.5

@@ -23,7 +23,8 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob, submit_extract
 from sie.gliner_union import UNION_OPTIONS, Member, UnionOptions, parse_members, union_options
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import ResultKind
 
 MAX_LABEL_CHARS = 128  # SIE's cap on one label of a GLiNER model

@@ -18,7 +18,7 @@ from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, extracted_from, submit_extract, threshold_option
 from sie.frontend.tokenize import Encoded
 from sie.frontend.wire import Item
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import ResultKind
 
 _PROMPTS: dict[tuple[str, Path, float], LayaPrompts] = {}

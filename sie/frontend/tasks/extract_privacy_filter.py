@@ -32,7 +32,8 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, extracted_from, submit_extract
 from sie.frontend.tokenize import Encoded
-from sie.model_config import ModelConfig, resolve_tokenizer_file, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import ResultKind
 
 DEFAULT_MAX_TOKENS = 128_000  # the checkpoint's context, and SIE's limit for one text

@@ -30,7 +30,7 @@ from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, extracted_from, submit_extract, threshold_option
 from sie.frontend.tasks.extract_gliner_relex import run_gliner_relex
 from sie.frontend.zero_shot import classify, entailment_index, nli_pairs
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
 DEFAULT_GLINER_THRESHOLD = 0.5

@@ -23,7 +23,7 @@ from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob, instruction_of
 from sie.frontend.tasks.images import ImageUnit, decode_pixels, image_units, pixel_bytes, spec_of
 from sie.frontend.wire import Item
-from sie.model_config import resolve_tokenizer_file, resolve_weights_dir
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 

@@ -25,7 +25,8 @@ from sie.frontend.tasks.detect import detected
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.tasks.images import ImageUnit, one_image_per_item, spec_of
 from sie.frontend.wire import option_fraction
-from sie.model_config import RuntimeOptions, resolve_tokenizer_file, resolve_weights_dir
+from sie.model_config import RuntimeOptions
+from sie.model_location import resolve_tokenizer_file, resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 DEFAULT_BOX_THRESHOLD = 0.25  # SIE's and transformers' defaults

@@ -16,7 +16,8 @@ from sie.frontend.pipeline import admit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tokenize import TextTokenizer, TokenizerCache
-from sie.model_config import ModelConfig, resolve_weights_dir, weights_present
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_weights_dir, weights_present
 from sie.shm.control import ModelState
 
 

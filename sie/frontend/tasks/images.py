@@ -21,7 +21,8 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.wire import ImageInput, Item
 from sie.media_config import ImageSpec, image_spec
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 

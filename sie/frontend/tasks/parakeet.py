@@ -33,7 +33,7 @@ from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, config_key
 from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.media_config import AudioSpec, read_preprocessor_config
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 OPTIONS = frozenset({"language", "temperature", "timestamp_granularities", "profile"})

@@ -22,7 +22,8 @@ from sie.frontend.scoring import activation_of, item_scores
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.encode import Embedded, EmbedOptions, embed_texts
-from sie.model_config import ModelConfig, resolve_weights_dir
+from sie.model_config import ModelConfig
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind
 
 MAX_SCORE_ITEMS = 1000

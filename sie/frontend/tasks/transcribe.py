@@ -27,7 +27,7 @@ from sie.frontend.tasks.extract import Extracted, ExtractJob
 from sie.frontend.transcripts import WhisperVocab
 from sie.frontend.wire import option_fraction
 from sie.media_config import AudioSpec, audio_spec
-from sie.model_config import resolve_weights_dir
+from sie.model_location import resolve_weights_dir
 from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 
 OPTIONS = frozenset({"language", "temperature", "timestamp_granularities", "profile"})

@@ -30,7 +30,8 @@ from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.clip import PixelNormalizer
 from sie.gpu_proc.adapters.common import HeldModel, from_pretrained, tensor_bytes, token_rows_output
 from sie.gpu_proc.outputs import Output
-from sie.model_config import ModelConfigError, hf_snapshot
+from sie.model_config import ModelConfigError
+from sie.model_location import hf_snapshot
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:

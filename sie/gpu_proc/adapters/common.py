@@ -106,7 +106,7 @@ def fetch_code_repositories(weights_dir: Path, revision: str) -> None:
     pinned revision, in the local Hugging Face cache: found there, or downloaded with --hf-fallback,
     or a ModelConfigError that says how to put them there."""
     from sie.companions import code_repositories
-    from sie.model_config import hf_snapshot
+    from sie.model_location import hf_snapshot
 
     for repo in sorted(code_repositories(weights_dir, revision)):
         hf_snapshot(repo, revision)

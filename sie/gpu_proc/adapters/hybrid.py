@@ -31,7 +31,7 @@ from sie.gpu_proc.adapters.common import (
     token_rows_output,
 )
 from sie.gpu_proc.outputs import Output
-from sie.model_config import find_tokenizer_file
+from sie.model_location import find_tokenizer_file
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:

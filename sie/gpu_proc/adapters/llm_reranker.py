@@ -28,7 +28,7 @@ from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import BaseEncoder, load_model, release, rows_output, tensor_bytes
 from sie.gpu_proc.adapters.pooling import last_token_pool
 from sie.gpu_proc.outputs import Output
-from sie.model_config import resolve_tokenizer_file
+from sie.model_location import resolve_tokenizer_file
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:

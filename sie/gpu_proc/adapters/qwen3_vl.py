@@ -33,7 +33,7 @@ from sie.gpu_proc.adapters.common import HeldModel, load_model, rows_output
 from sie.gpu_proc.adapters.pooling import Pooling, last_token_pool, pool
 from sie.gpu_proc.adapters.qwen_patches import flat_patches
 from sie.gpu_proc.outputs import Output
-from sie.model_config import resolve_tokenizer_file
+from sie.model_location import resolve_tokenizer_file
 from sie.shm.layout import ResultKind
 from sie.tokenizer_files import chat_template
 
