@@ -8,5 +8,6 @@ FAMILY = Family(
     adapter="sie.gpu_proc.adapters.donut:DonutAdapter",
     inputs=("image",),
     extract_runner="sie.frontend.tasks.donut:run_donut",
-    media_kind="own",  # pages resized and padded as Donut's processor does (sie.frontend.media.donut)
+    media_kind="own",  # pages resized and padded as Donut's processor does (sie.frontend.media.donut),
+    text_tokenizer=False,
 )

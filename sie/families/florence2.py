@@ -9,4 +9,5 @@ FAMILY = Family(
     inputs=("image",),
     media_kind="square",  # the processor's straight resize to its square, when its config names none
     extract_runner="sie.frontend.tasks.florence2:run_florence2",
+    text_tokenizer=False,
 )

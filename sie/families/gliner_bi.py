@@ -8,4 +8,5 @@ FAMILY = Family(
     adapter="sie.gpu_proc.adapters.gliner_bi:GlinerBiAdapter",
     extract_runner="sie.frontend.tasks.extract_gliner_bi:run_gliner_bi",
     extract_needs_labels=True,
+    text_tokenizer=False,
 )

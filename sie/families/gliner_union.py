@@ -7,4 +7,5 @@ FAMILY = Family(
     adapter="sie.gpu_proc.adapters.gliner_union:GlinerUnionAdapter",
     extract_runner="sie.frontend.tasks.extract_gliner_union:run_gliner_union",
     companions="sie.gliner_union:member_repositories",
+    text_tokenizer=False,
 )

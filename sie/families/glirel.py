@@ -8,4 +8,5 @@ FAMILY = Family(
     extract_runner="sie.frontend.tasks.extract_glirel:run_glirel",
     extract_needs_labels=True,
     tokenizer_from_encoder="glirel_config.json",
+    text_tokenizer=False,
 )

@@ -9,4 +9,5 @@ FAMILY = Family(
     extract_runner="sie.frontend.tasks.ground:run_grounding_dino",
     extract_needs_labels=True,
     media_kind="detr",
+    text_tokenizer=False,
 )

@@ -8,4 +8,5 @@ FAMILY = Family(
     inputs=("image",),
     media_kind="own",  # each page resized at its own aspect (sie.page_config.PixtralPages)
     extract_runner="sie.frontend.tasks.page_ocr:run_lighton_ocr",
+    text_tokenizer=False,
 )

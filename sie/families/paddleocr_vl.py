@@ -9,4 +9,5 @@ FAMILY = Family(
     inputs=("image",),
     media_kind="own",  # each page resized at its own aspect (sie.page_config.GridPages)
     extract_runner="sie.frontend.tasks.page_ocr:run_paddleocr_vl",
+    text_tokenizer=False,
 )

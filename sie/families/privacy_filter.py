@@ -7,4 +7,5 @@ FAMILY = Family(
     name="privacy_filter",
     adapter="sie.gpu_proc.adapters.privacy_filter:PrivacyFilterAdapter",
     extract_runner="sie.frontend.tasks.extract_privacy_filter:run_privacy_filter",
+    text_tokenizer=False,
 )

@@ -8,5 +8,6 @@ FAMILY = Family(
     inputs=("text", "image"),
     encodes=frozenset({"dense"}),
     encode_runner="sie.frontend.qwen3_vl_embedding:embed",
-    media_kind="own",  # each image resized to its own patch grid (sie.qwen3_vl)
+    media_kind="own",  # each image resized to its own patch grid (sie.qwen3_vl),
+    text_tokenizer=False,
 )

@@ -8,5 +8,6 @@ FAMILY = Family(
     inputs=("text", "image"),
     score="pairs",
     score_runner="sie.frontend.qwen3_vl_reranker:score",
-    media_kind="own",  # each image resized to its own patch grid (sie.qwen3_vl)
+    media_kind="own",  # each image resized to its own patch grid (sie.qwen3_vl),
+    text_tokenizer=False,
 )

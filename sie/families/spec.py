@@ -71,6 +71,11 @@ class Family:
     # An extract item may carry its input as `metadata.state` (a string, object or list) instead of
     # text; the family's own runner reads and checks it (Laya's structured states).
     state_items: bool = False
+    # Its frontend reads text through the model's TextTokenizer (sie.frontend.tokenize), which the
+    # frontends load before the first request. False: the frontend builds its own reading of the
+    # folder on first use (a page recipe, a chat template, its own tokenizer), and that copy, which
+    # for a large vocabulary is tens of MB in every frontend, is never loaded.
+    text_tokenizer: bool = True
 
     @property
     def serves_extract(self) -> bool:

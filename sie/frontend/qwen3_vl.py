@@ -161,7 +161,7 @@ def check_text(text: str | None, where: str, reserved: frozenset[str] | set[str]
 def recipe_of(state: FrontendState, target: Target) -> Qwen3VLRecipe:
     """The model's recipe, made once."""
     config = target.config
-    return state.tokenizers.derived(config, "qwen3_vl", lambda _: Qwen3VLRecipe.for_model(config))
+    return state.tokenizers.built(config, "qwen3_vl", lambda: Qwen3VLRecipe.for_model(config))
 
 
 def row_limit(requested: object, ceiling: int) -> int:

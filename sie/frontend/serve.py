@@ -25,7 +25,7 @@ from sie.frontend.operations import Operations
 from sie.frontend.placement import ReplicaWatch
 from sie.frontend.rebalance import ConnectionRebalancer
 from sie.frontend.state import FrontendState
-from sie.frontend.tokenize import TokenizerCache
+from sie.frontend.tokenize import TokenizerCache, reads_text_tokenizer
 from sie.heap import HeapTrimmer
 from sie.logs import configure_logging
 from sie.metrics.block import StatsBlock
@@ -135,12 +135,14 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         ],
     )
     for slot in state.preload_slots:  # load tokenizers now, not on the first request
-        if weights_present(catalog.models[slot]):  # else a device copies them first (a cluster cache)
+        config = catalog.models[slot]
+        # Without its files a device copies them first (a cluster cache).
+        if weights_present(config) and reads_text_tokenizer(config):
             try:
-                state.tokenizers.get(catalog.models[slot])
+                state.tokenizers.get(config)
             except ModelLoadFailed as exc:  # a slow tokenizer the device converts as it loads, or none
-                name = catalog.models[slot].sie_id
-                log.info("tokenizer not loaded at start", extra={"model": name, "error": exc.message})
+                extra = {"model": config.sie_id, "error": exc.message}
+                log.info("tokenizer not loaded at start", extra=extra)
     # Only for image models whose weights are here: a built-in catalog entry never downloaded costs nothing.
     if any("image" in config.input_kinds() and weights_present(config) for config in catalog.active_models()):
         state.media.start(resample.warm)  # compile the resize loops now, not on the first image

@@ -18,6 +18,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from sie.errors import InvalidInput, ModelLoadFailed
+from sie.families import FAMILIES
 from sie.frontend.model_files import read_json_object
 from sie.model_config import ModelConfig, ModelConfigError, RuntimeOptions
 from sie.model_location import resolve_tokenizer_file
@@ -337,6 +338,8 @@ class TokenizerCache:
         the device loads the weights, so the first request after the load waits for neither in
         turn. Best effort: a failure is left for the request that needs the tokenizer to report."""
         name = config.sie_id
+        if not reads_text_tokenizer(config):
+            return
         with self._lock:
             if name in self._by_model or name in self._warming:
                 return
@@ -355,15 +358,24 @@ class TokenizerCache:
 
     def derived(self, config: ModelConfig, name: str, build: Callable[[TextTokenizer], T]) -> T:
         """`build(tokenizer)` for this model, made once and cached under `name`."""
+        found = self._derived.get((config.sie_id, name))
+        if found is None:
+            tokenizer = self.get(config)
+            found = self.built(config, name, lambda: build(tokenizer))
+        return found  # type: ignore[return-value]  # stored by this same `name`, so of type T
+
+    def built(self, config: ModelConfig, name: str, build: Callable[[], T]) -> T:
+        """`build()` for this model, made once and cached under `name`: what a family reads from the
+        model's folder itself (a page recipe, its own tokenizer), without loading the model's
+        TextTokenizer. `build` must not call back into this cache (it runs under its lock)."""
         key = (config.sie_id, name)
         found = self._derived.get(key)
         if found is None:
-            tokenizer = self.get(config)
             with self._lock:
                 found = self._derived.get(key)
                 if found is None:
                     with _as_load_failure(config):
-                        found = self._derived[key] = build(tokenizer)
+                        found = self._derived[key] = build()
         return found  # type: ignore[return-value]  # stored by this same `name`, so of type T
 
     def forget(self, name: str) -> None:
@@ -391,7 +403,15 @@ class TokenizerCache:
         limit = config.profile(profile).adapter_options.runtime.max_seq_length
         if limit is None or limit >= tokenizer.max_length or config.is_weightless:
             return tokenizer
-        return self.derived(config, f"max_length:{limit}", lambda _: _load(config, limit))
+        return self.built(config, f"max_length:{limit}", lambda: _load(config, limit))
+
+
+def reads_text_tokenizer(config: ModelConfig) -> bool:
+    """Whether requests of the model read text through its TextTokenizer (`TokenizerCache.get`), so
+    that loading it before the first request pays; a family that builds its own reading of the
+    folder (`Family.text_tokenizer` False) never needs that copy."""
+    family = FAMILIES.get(config.family)
+    return family is None or family.text_tokenizer
 
 
 @contextlib.contextmanager

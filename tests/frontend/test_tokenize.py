@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import threading
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
-from sie.errors import InvalidInput
+from sie.errors import InvalidInput, ModelLoadFailed
 from sie.frontend.tokenize import (
     CHARS_PER_TOKEN_GUESS,
     TextTokenizer,
@@ -18,6 +19,7 @@ from sie.frontend.tokenize import (
     _longest_first,
     eos_token_id,
     format_text,
+    reads_text_tokenizer,
 )
 from sie.model_config import ModelConfig, RuntimeOptions, parse_model_config
 
@@ -341,6 +343,49 @@ def test_cache_loads_once_with_config_max_length() -> None:
 
 def test_cache_default_max_length() -> None:
     assert TokenizerCache().get(_config(None)).max_length == 512
+
+
+def _family_config(folder: Path, family: str) -> ModelConfig:
+    raw = {"sie_id": f"test/{family}", "weights": {"path": str(folder)}, "adapter": family}
+    return parse_model_config(raw)
+
+
+def _join_warming() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "sie-tokenizer-warm":
+            thread.join(30)
+
+
+def test_built_reads_the_folder_without_the_model_tokenizer(tmp_path: Path) -> None:
+    """What a family builds from the folder itself needs no tokenizer.json; `derived`, which hands
+    its builder the model's tokenizer, fails on the same folder."""
+    cache = TokenizerCache()
+    config = _family_config(tmp_path, "privacy_filter")
+    assert cache.built(config, "own", lambda: ["read", "from", "the", "folder"]) == [
+        "read",
+        "from",
+        "the",
+        "folder",
+    ]
+    assert cache.built(config, "own", lambda: pytest.fail("built twice")) == ["read", "from", "the", "folder"]
+    assert not cache.is_loaded(config)
+    with pytest.raises(ModelLoadFailed, match="no tokenizer"):
+        cache.derived(config, "needs-it", lambda tokenizer: tokenizer.max_length)
+
+
+@pytest.mark.parametrize(
+    ("family", "loaded"), [("dense", True), ("privacy_filter", False), ("lighton_ocr", False)]
+)
+def test_warm_loads_the_model_tokenizer_only_for_families_that_read_through_it(
+    tmp_path: Path, family: str, loaded: bool
+) -> None:
+    (tmp_path / "tokenizer.json").write_bytes(MINILM_JSON.read_bytes())
+    cache = TokenizerCache()
+    config = _family_config(tmp_path, family)
+    assert reads_text_tokenizer(config) is loaded
+    cache.warm(config)
+    _join_warming()
+    assert cache.is_loaded(config) is loaded
 
 
 # --- append_eos (decoder embedders) -----------------------------------------------------------------

@@ -83,10 +83,10 @@ async def run_donut(state: FrontendState, target: Target, job: ExtractJob) -> Ex
     units = one_page_per_item(job.items)
     admit(state, target, len(units))
     folder = resolve_weights_dir(config)
-    text = state.tokenizers.derived(
-        config, "donut", lambda _: DonutText.for_model(folder, resolve_tokenizer_file(config))
+    text = state.tokenizers.built(
+        config, "donut", lambda: DonutText.for_model(folder, resolve_tokenizer_file(config))
     )
-    spec = state.tokenizers.derived(config, "donut-page", lambda _: page_spec(folder))
+    spec = state.tokenizers.built(config, "donut-page", lambda: page_spec(folder))
     prompt = text.encode(prompt_of(request.task, request.question))
     max_new = min(request.max_new_tokens, text.max_positions)  # the device stops there anyway
     slot, profile, max_pixels = target.slot, target.profile_name, state.settings.max_image_pixels

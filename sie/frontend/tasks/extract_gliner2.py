@@ -64,7 +64,7 @@ async def run_gliner2(state: FrontendState, target: Target, job: ExtractJob) -> 
     )
     submitted = await submit_extract(state, target, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
     values = submitted.results.ragged[ResultKind.TOKEN_SCORES]
-    max_width = state.tokenizers.derived(config, "gliner2:max_width", lambda _: max_width_of(config))
+    max_width = state.tokenizers.built(config, "gliner2:max_width", lambda: max_width_of(config))
     per_text: list[list[Any]] = [[] for _ in job.texts]
     for r, (words, owner) in enumerate(zip(read, owners, strict=True)):
         scores = split_values(values[r], [task.schema], words.n_read, max_width)[0]

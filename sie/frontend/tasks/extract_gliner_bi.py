@@ -38,8 +38,8 @@ async def run_gliner_bi(state: FrontendState, target: Target, job: ExtractJob) -
     checked_flag(options, "precompute_labels", True)
     admit(state, target, len(job.texts))
     profile = target.profile_name
-    inputs = state.tokenizers.derived(
-        config, f"gliner_bi:{profile}", lambda _: GlinerBiInputs.for_model(config, profile)
+    inputs = state.tokenizers.built(
+        config, f"gliner_bi:{profile}", lambda: GlinerBiInputs.for_model(config, profile)
     )
     (encoded, words), tokenization_ms = await tokenize(
         lambda: inputs.encode(job.texts, labels), len(job.texts)

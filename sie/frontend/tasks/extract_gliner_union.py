@@ -62,7 +62,7 @@ async def run_gliner_union(state: FrontendState, target: Target, job: ExtractJob
         raise InvalidInput(f"GLiNER labels may have at most {MAX_LABEL_CHARS} characters each")
     admit(state, target, len(job.texts))
     config = target.config
-    members = state.tokenizers.derived(config, "gliner_union", lambda _: union_members(config))
+    members = state.tokenizers.built(config, "gliner_union", lambda: union_members(config))
     windows = _windows(job.texts, options)
     results = await asyncio.gather(
         *(

@@ -34,7 +34,7 @@ async def run_glirel(state: FrontendState, target: Target, job: ExtractJob) -> E
     top_k = _top_k(job.options.get("top_k", DEFAULT_TOP_K))
     items = [_checked_item(item, text) for item, text in zip(job.items, job.texts, strict=True)]
     admit(state, target, len(job.texts))
-    inputs = state.tokenizers.derived(config, "glirel", lambda _: GlirelInputs.for_model(config))
+    inputs = state.tokenizers.built(config, "glirel", lambda: GlirelInputs.for_model(config))
     prompt = inputs.prompt(labels)
 
     def encode() -> list[Row]:

@@ -93,7 +93,7 @@ async def run_privacy_filter(state: FrontendState, target: Target, job: ExtractJ
     admit(state, target, len(job.texts))
     # Built once, off the event loop: the model's tokenizer is large (o200k: 200,000 tokens).
     model = await asyncio.to_thread(
-        state.tokenizers.derived, target.config, "privacy_filter", lambda _: PrivacyFilter.load(target.config)
+        state.tokenizers.built, target.config, "privacy_filter", lambda: PrivacyFilter.load(target.config)
     )
     wanted = model.categories(job.labels)
     biases = dict(model.biases)

@@ -44,9 +44,7 @@ async def run_token_classification(state: FrontendState, target: Target, job: Ex
         lambda: tokenizer.encode_with_offsets(job.texts), len(job.texts)
     )
     submitted = await submit_extract(state, target, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
-    id2label = state.tokenizers.derived(
-        config, "id2label", lambda _: id2label_of(resolve_weights_dir(config))
-    )
+    id2label = state.tokenizers.built(config, "id2label", lambda: id2label_of(resolve_weights_dir(config)))
     runtime = target.runtime
     ignore = set(runtime.ignore_labels or DEFAULT_IGNORE_LABELS)
     # A tagger has no threshold of its own (transformers' pipeline keeps every span); one applies
@@ -114,10 +112,10 @@ async def run_nli_zero_shot(state: FrontendState, target: Target, job: ExtractJo
         lambda: tokenizer.encode_pairs(premises, hypotheses), len(premises)
     )
     submitted = await submit_extract(state, target, encoded, tokenization_ms, ResultKind.SCORES)
-    entail, contradiction = state.tokenizers.derived(
+    entail, contradiction = state.tokenizers.built(
         config,
         f"entailment:{runtime.entailment_label}",
-        lambda _: entailment_index(resolve_weights_dir(config), runtime.entailment_label),
+        lambda: entailment_index(resolve_weights_dir(config), runtime.entailment_label),
     )
     logits = submitted.results.rows[ResultKind.SCORES]
     classifications = classify(logits, len(labels), labels, entail, contradiction, multi_label)

@@ -30,10 +30,10 @@ from sie.shm.layout import Op, ResultKind, TokenBatch, mask_of
 async def run_florence2(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     config = target.config
     spec = spec_of(state, config)
-    model = state.tokenizers.derived(
+    model = state.tokenizers.built(
         config,
         "florence2",
-        lambda _: Florence2Text.for_model(resolve_weights_dir(config), resolve_tokenizer_file(config), spec),
+        lambda: Florence2Text.for_model(resolve_weights_dir(config), resolve_tokenizer_file(config), spec),
     )
     generation = generation_of(job.options, target.runtime, model.max_positions)
     units = _units(job.items)

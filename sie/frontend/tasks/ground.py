@@ -40,10 +40,10 @@ async def run_grounding_dino(state: FrontendState, target: Target, job: ExtractJ
     admit(state, target, len(units))
     slot = target.slot
     thresholds = thresholds_of(job.options, target.runtime)
-    prompts = state.tokenizers.derived(
+    prompts = state.tokenizers.built(
         config,
         "grounding-dino",
-        lambda _: GroundingPrompts.for_model(resolve_weights_dir(config), resolve_tokenizer_file(config)),
+        lambda: GroundingPrompts.for_model(resolve_weights_dir(config), resolve_tokenizer_file(config)),
     )
     prompt = prompts.encode(labels)
     spec = spec_of(state, config)

@@ -74,8 +74,8 @@ def one_image_per_item(items: Sequence[Item]) -> list[ImageUnit]:
 
 
 def spec_of(state: FrontendState, config: ModelConfig) -> ImageSpec:
-    return state.tokenizers.derived(
-        config, "image-spec", lambda _: image_spec(resolve_weights_dir(config), config.family)
+    return state.tokenizers.built(
+        config, "image-spec", lambda: image_spec(resolve_weights_dir(config), config.family)
     )
 
 

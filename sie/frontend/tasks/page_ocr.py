@@ -65,7 +65,7 @@ async def _run(state: FrontendState, target: Target, job: ExtractJob, family: Oc
     config = target.config
     # Built once, off the event loop: it reads the tokenizer and imports transformers' renderer.
     model = await asyncio.to_thread(
-        state.tokenizers.derived, config, "page_ocr", lambda _: PageOcrRecipe.for_model(config, family)
+        state.tokenizers.built, config, "page_ocr", lambda: PageOcrRecipe.for_model(config, family)
     )
     profile = model.profile(target.profile_name)  # profiles may differ in prompts and decoding
     ceiling = target.runtime.max_new_tokens or profile.max_new_tokens or family.max_new_tokens

@@ -109,8 +109,8 @@ async def transcribe_parakeet(state: FrontendState, target: Target, job: Extract
     vocab = state.tokenizers.derived(
         config, "parakeet", lambda tok: ParakeetVocab.from_folder(tok.raw, resolve_weights_dir(config))
     )
-    audio = state.tokenizers.derived(
-        config, "parakeet-audio", lambda _: ParakeetAudio.from_folder(resolve_weights_dir(config))
+    audio = state.tokenizers.built(
+        config, "parakeet-audio", lambda: ParakeetAudio.from_folder(resolve_weights_dir(config))
     )
     started = time.perf_counter()
     cut = await state.media.run(_decode_and_cut, job.items, audio.spec, state.settings.max_audio_seconds)

@@ -84,8 +84,8 @@ async def score(
         state, target, encoded, op=Op.SCORE, kinds={ResultKind.SCORES}, tokenization_ms=tokenization_ms
     )
     configured = _activation_setting(target)
-    activation = state.tokenizers.derived(
-        config, f"activation:{configured}", lambda _: _activation(config, configured)
+    activation = state.tokenizers.built(
+        config, f"activation:{configured}", lambda: _activation(config, configured)
     )
     scores = item_scores(submitted.results.rows[ResultKind.SCORES], activation)
     return Scored(scores, submitted.input_tokens, tokenization_ms, submitted.queue_ms, submitted.inference_ms)

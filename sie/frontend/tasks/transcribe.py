@@ -71,7 +71,7 @@ async def transcribe(state: FrontendState, target: Target, job: ExtractJob) -> E
     config = target.config
     options = transcribe_options(job.options, job.labels)
     vocab = state.tokenizers.derived(config, "whisper", lambda tok: WhisperVocab.from_tokenizer(tok.raw))
-    spec = state.tokenizers.derived(config, "audio-spec", lambda _: audio_spec(resolve_weights_dir(config)))
+    spec = state.tokenizers.built(config, "audio-spec", lambda: audio_spec(resolve_weights_dir(config)))
     prompt = _prompt(vocab, options)
     started = time.perf_counter()
     audios = await state.media.run(_decode_all, job.items, spec, state.settings.max_audio_seconds)
