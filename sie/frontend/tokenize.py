@@ -86,15 +86,28 @@ class TextTokenizer:
         self.max_length = max_length
         # tokenizer.json often carries its own truncation and fixed padding (MiniLM's pads to 128):
         # both are replaced, since the device packs sequences flat and the model config sets length.
+        self._tokenizer_json = tokenizer_json
         self._tokenizer = Tokenizer.from_file(str(tokenizer_json))
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length)
-        # A second copy with no truncation, used only to check character cuts of very long texts.
-        self._probe = Tokenizer.from_file(str(tokenizer_json))
-        self._probe.no_padding()
-        self._probe.no_truncation()
+        # A second copy with no truncation, to check character cuts of very long texts and to read
+        # prompt pieces: loaded on first use, since for a large vocabulary it is tens of MB in every
+        # frontend and an embedder of short texts never needs it.
+        self._untruncated: Tokenizer | None = None
+        self._untruncated_lock = threading.Lock()
         self._char_budget = max_length * CHARS_PER_TOKEN_GUESS
         self._single_has_types = any(self._tokenizer.encode("a").type_ids)
+
+    @property
+    def _probe(self) -> Tokenizer:
+        if self._untruncated is None:
+            with self._untruncated_lock:
+                if self._untruncated is None:
+                    probe = Tokenizer.from_file(str(self._tokenizer_json))
+                    probe.no_padding()
+                    probe.no_truncation()
+                    self._untruncated = probe
+        return self._untruncated
 
     @property
     def raw(self) -> Tokenizer:

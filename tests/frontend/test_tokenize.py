@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
 from sie.errors import InvalidInput, ModelLoadFailed
+from sie.frontend import tokenize as tokenize_module
 from sie.frontend.tokenize import (
     CHARS_PER_TOKEN_GUESS,
     TextTokenizer,
@@ -298,6 +299,28 @@ def test_longest_first_matches_the_tokenizers_library(tiny_json: Path) -> None:
             for n_doc in range(20):
                 ids = reference.encode("q " * n_query, "b " * n_doc).ids
                 assert (ids.count(3), ids.count(5)) == _longest_first(n_query, n_doc, budget)
+
+
+def test_the_untruncated_copy_loads_only_for_a_long_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short texts need one copy of the tokenizer; the untruncated one that checks the character cut
+    of a long text loads on the first such text, once, and the result is the library's own."""
+    loads: list[str] = []
+
+    class CountingTokenizer:
+        @staticmethod
+        def from_file(path: str) -> Tokenizer:
+            loads.append(path)
+            return Tokenizer.from_file(path)
+
+    monkeypatch.setattr(tokenize_module, "Tokenizer", CountingTokenizer)
+    tokenizer = TextTokenizer(MINILM_JSON, 16)
+    tokenizer.encode(["a short text", "another one"])
+    assert len(loads) == 1
+    long_text = "The quick brown fox jumps over the lazy dog. " * 200
+    for _ in range(2):
+        encoded = tokenizer.encode([long_text])
+        assert encoded.input_ids.tolist() == _reference(MINILM_JSON, 16).encode(long_text).ids
+    assert len(loads) == 2
 
 
 def test_huge_pair_is_fast_and_truncated() -> None:
