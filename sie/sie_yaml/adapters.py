@@ -83,8 +83,8 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GLiNER2Adapter": _family("gliner2"),
     "GLiNER2ClassificationAdapter": _family("gliner2"),
     "GLiNER2EntitiesAdapter": refused(
-        "GLiNER2.5 checkpoints load through gliner2 2.x's AutoExtractor (span and boundary "
-        "architectures); only gliner2 1.x checkpoints are served here yet"
+        "GLiNER2.5 checkpoints are gliner2 2.x's boundary architecture (span-free: start and end "
+        "scores, then pairs), a network this server does not have; gliner2 1.x checkpoints are served"
     ),
     "GLiNER2DecideAdapter": refused(
         "GLiNER2.5-Decide's typed decisions (gliner2 2.x's AutoExtractor) are not served here yet"
