@@ -86,13 +86,13 @@ class TextTokenizer:
         self.max_length = max_length
         # tokenizer.json often carries its own truncation and fixed padding (MiniLM's pads to 128):
         # both are replaced, since the device packs sequences flat and the model config sets length.
-        self._tokenizer_json = tokenizer_json
         self._tokenizer = Tokenizer.from_file(str(tokenizer_json))
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length)
         # A second copy with no truncation, to check character cuts of very long texts and to read
-        # prompt pieces: loaded on first use, since for a large vocabulary it is tens of MB in every
-        # frontend and an embedder of short texts never needs it.
+        # prompt pieces: made on first use, since for a large vocabulary it is tens of MB in every
+        # frontend and an embedder of short texts never needs it. It is made from the loaded copy,
+        # not the file, which a disk cache may have evicted since.
         self._untruncated: Tokenizer | None = None
         self._untruncated_lock = threading.Lock()
         self._char_budget = max_length * CHARS_PER_TOKEN_GUESS
@@ -103,7 +103,7 @@ class TextTokenizer:
         if self._untruncated is None:
             with self._untruncated_lock:
                 if self._untruncated is None:
-                    probe = Tokenizer.from_file(str(self._tokenizer_json))
+                    probe = Tokenizer.from_str(self._tokenizer.to_str())
                     probe.no_padding()
                     probe.no_truncation()
                     self._untruncated = probe

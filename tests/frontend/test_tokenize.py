@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -301,26 +302,38 @@ def test_longest_first_matches_the_tokenizers_library(tiny_json: Path) -> None:
                 assert (ids.count(3), ids.count(5)) == _longest_first(n_query, n_doc, budget)
 
 
-def test_the_untruncated_copy_loads_only_for_a_long_text(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_untruncated_copy_is_made_only_for_a_long_text(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Short texts need one copy of the tokenizer; the untruncated one that checks the character cut
-    of a long text loads on the first such text, once, and the result is the library's own."""
-    loads: list[str] = []
+    of a long text is made on the first such text, once, from the loaded copy (the file may be gone
+    by then), and the result is the library's own."""
+    copies: list[str] = []
 
     class CountingTokenizer:
         @staticmethod
         def from_file(path: str) -> Tokenizer:
-            loads.append(path)
+            copies.append("file")
             return Tokenizer.from_file(path)
 
+        @staticmethod
+        def from_str(json: str) -> Tokenizer:
+            copies.append("loaded copy")
+            return Tokenizer.from_str(json)
+
     monkeypatch.setattr(tokenize_module, "Tokenizer", CountingTokenizer)
-    tokenizer = TextTokenizer(MINILM_JSON, 16)
+    folder = tmp_path / "evicted"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes(MINILM_JSON.read_bytes())
+    tokenizer = TextTokenizer(folder / "tokenizer.json", 16)
     tokenizer.encode(["a short text", "another one"])
-    assert len(loads) == 1
+    assert copies == ["file"]
+    shutil.rmtree(folder)
     long_text = "The quick brown fox jumps over the lazy dog. " * 200
     for _ in range(2):
         encoded = tokenizer.encode([long_text])
         assert encoded.input_ids.tolist() == _reference(MINILM_JSON, 16).encode(long_text).ids
-    assert len(loads) == 2
+    assert copies == ["file", "loaded copy"]
 
 
 def test_huge_pair_is_fast_and_truncated() -> None:
