@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from sie.catalog import Catalog
@@ -14,7 +15,14 @@ from sie.frontend.tokenize import TokenizerCache
 from sie.model_config import ModelConfig
 from sie.settings import Settings
 from sie.shared_catalog import CatalogFeed
+from sie.shm.control import ModelState
 from sie.version import SIE_PROTOCOL_VERSION
+
+# A model's text state (tokenizers, prompt tables, page recipes) leaves a frontend once no device
+# holds the model and this frontend has not used it for this long: with many models in rotation it
+# would otherwise grow with every model ever served. A reload warms it again while the weights load.
+TEXT_STATE_IDLE_S = 300.0
+SWEEP_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -29,6 +37,7 @@ class FrontendState:
     ops: Operations = field(default_factory=Operations)  # authentication, statistics, tracing
     media: MediaWorkers = field(init=False)  # decoding images and audio, --media-threads of them
     feed: CatalogFeed | None = None  # the supervisor's live catalog (None: a fixed one, in tests)
+    next_sweep: float = 0.0  # monotonic time of the next look for idle text state
 
     def __post_init__(self) -> None:
         self.media = MediaWorkers(self.settings.media_threads)
@@ -46,10 +55,28 @@ class FrontendState:
         if self.ops.sources is not None:
             self.ops.sources.models[:] = fresh.slot_names()
 
+    def release_idle_text_state(self, idle_s: float = TEXT_STATE_IDLE_S) -> list[str]:
+        """Forget the text state of models idle here for `idle_s` that no device holds or is loading,
+        preloaded ones aside; the names forgotten."""
+        held = (ModelState.LOADED, ModelState.LOADING)
+        released = []
+        for name in self.tokenizers.idle_models(idle_s):
+            if name in self.catalog:
+                slot = self.catalog.slot(name)
+                if slot in self.preload_slots or self.devices.model_state(slot) in held:
+                    continue
+            self.tokenizers.forget(name)
+            released.append(name)
+        return released
+
     def model(self, name: str) -> tuple[int, ModelConfig]:
         """The slot and config of the model a request names (a profile-qualified id names its model;
         `target.bind` reads the profile from the id)."""
         self.refresh_catalog()
+        now = time.monotonic()
+        if now >= self.next_sweep:
+            self.next_sweep = now + SWEEP_EVERY_S
+            self.release_idle_text_state()
         served = self.catalog.named(name)
         if served is None:
             unsupported = self.catalog.unsupported.get(name) or self.catalog.unsupported.get(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,6 +341,7 @@ class TokenizerCache:
     def __init__(self) -> None:
         self._by_model: dict[str, TextTokenizer] = {}
         self._derived: dict[tuple[str, str], object] = {}
+        self._last_used: dict[str, float] = {}  # monotonic time of each model's last use here
         self._warming: set[str] = set()
         self._lock = threading.Lock()
 
@@ -371,6 +373,7 @@ class TokenizerCache:
 
     def derived(self, config: ModelConfig, name: str, build: Callable[[TextTokenizer], T]) -> T:
         """`build(tokenizer)` for this model, made once and cached under `name`."""
+        self._last_used[config.sie_id] = time.monotonic()
         found = self._derived.get((config.sie_id, name))
         if found is None:
             tokenizer = self.get(config)
@@ -381,6 +384,7 @@ class TokenizerCache:
         """`build()` for this model, made once and cached under `name`: what a family reads from the
         model's folder itself (a page recipe, its own tokenizer), without loading the model's
         TextTokenizer. `build` must not call back into this cache (it runs under its lock)."""
+        self._last_used[config.sie_id] = time.monotonic()
         key = (config.sie_id, name)
         found = self._derived.get(key)
         if found is None:
@@ -391,14 +395,22 @@ class TokenizerCache:
                         found = self._derived[key] = build()
         return found  # type: ignore[return-value]  # stored by this same `name`, so of type T
 
+    def idle_models(self, idle_s: float) -> list[str]:
+        """Models whose text state is held here and has not been used for `idle_s` seconds."""
+        cutoff = time.monotonic() - idle_s
+        return [name for name, used in list(self._last_used.items()) if used < cutoff]
+
     def forget(self, name: str) -> None:
-        """Drop a model's tokenizer and everything built on it (its files changed or it is gone)."""
+        """Drop a model's tokenizer and everything built on it (its files changed or it is gone, or
+        it is idle); requests holding them finish with them."""
         with self._lock:
+            self._last_used.pop(name, None)
             self._by_model.pop(name, None)
             for key in [key for key in self._derived if key[0] == name]:
                 del self._derived[key]
 
     def get(self, config: ModelConfig) -> TextTokenizer:
+        self._last_used[config.sie_id] = time.monotonic()
         tokenizer = self._by_model.get(config.sie_id)
         if tokenizer is None:
             with self._lock:  # two threads missing at once load it once

@@ -321,6 +321,29 @@ def test_the_tokenizer_loads_while_the_device_loads_the_model(
     assert devices.batches == []
 
 
+def test_text_state_of_a_model_no_device_holds_leaves_once_idle(
+    client: TestClient, devices: FakeDevices, state: FrontendState
+) -> None:
+    """A frontend drops a model's tokenizer once it is idle here and no device holds or loads it;
+    preloaded and loaded models keep theirs, and the next request reads the files anew."""
+    minilm, odd = (devices.catalog.get(name) for name in (MINILM, ODD))
+    for text in ("first", "second"):  # both models served here
+        assert post_encode(client, ODD, {"items": [{"text": text}]}).status_code == 200
+        assert post_encode(client, MINILM, {"items": [{"text": text}]}).status_code == 200
+    assert state.tokenizers.is_loaded(odd) and state.tokenizers.is_loaded(minilm)
+    assert state.release_idle_text_state(idle_s=3600) == []  # used just now
+    for held in (ModelState.LOADED, ModelState.LOADING):
+        devices.states[devices.catalog.slot(ODD)] = held
+        assert state.release_idle_text_state(idle_s=0) == []
+    devices.states[devices.catalog.slot(ODD)] = ModelState.AVAILABLE
+    devices.states[devices.catalog.slot(MINILM)] = ModelState.AVAILABLE  # but preloaded
+    assert state.release_idle_text_state(idle_s=0) == [ODD]
+    assert not state.tokenizers.is_loaded(odd) and state.tokenizers.is_loaded(minilm)
+    devices.states[devices.catalog.slot(ODD)] = ModelState.LOADED
+    response = post_encode(client, ODD, {"items": [{"text": "first"}]})
+    assert response.status_code == 200 and state.tokenizers.is_loaded(odd)
+
+
 def test_loading_model_is_503_without_another_load(client: TestClient, devices: FakeDevices) -> None:
     slot = devices.catalog.slot(ODD)
     devices.states[slot] = ModelState.LOADING
