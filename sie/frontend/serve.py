@@ -24,7 +24,7 @@ from sie.frontend.media import resample
 from sie.frontend.operations import Operations
 from sie.frontend.placement import ReplicaWatch
 from sie.frontend.rebalance import ConnectionRebalancer
-from sie.frontend.state import FrontendState
+from sie.frontend.state import TEXT_STATE_IDLE_S, FrontendState
 from sie.frontend.tokenize import TokenizerCache, reads_text_tokenizer
 from sie.heap import HeapTrimmer
 from sie.logs import configure_logging
@@ -41,6 +41,7 @@ from sie.specs import FrontendSpec
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_S = 0.5
+TEXT_STATE_SWEEP_S = 10.0  # how often a frontend looks for idle models' text state
 # Container allocations (net of frees) before the cyclic collector's youngest generation runs.
 # CPython's 700 is less than what a busy frontend's in-flight requests hold at once, so it ran
 # every few requests and each run walked all of them (about 30 us of CPU a request); answered
@@ -161,6 +162,7 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
     watcher = loop.create_task(_watch_parent(spec.supervisor_pid, drain))
     recorder = state.ops.recorder
     heap = loop.create_task(_tend_heap(recorder)) if recorder is not None else None
+    text_state = loop.create_task(release_idle_text_state(state))
     log.info("frontend serving")
     try:
         await serve(
@@ -168,6 +170,7 @@ async def _serve(settings: Settings, spec: FrontendSpec) -> None:
         )
     finally:
         watcher.cancel()
+        text_state.cancel()
         if heap is not None:
             heap.cancel()
         await client.stop()
@@ -188,6 +191,16 @@ async def _tend_heap(recorder: FrontendRecorder, trimmer: HeapTrimmer | None = N
             trimmer.busy()
         if recorder.in_flight == 0:
             trimmer.idle(time.monotonic())
+
+
+async def release_idle_text_state(
+    state: FrontendState, every_s: float = TEXT_STATE_SWEEP_S, idle_s: float = TEXT_STATE_IDLE_S
+) -> None:
+    """Every `every_s`, drop the text state of models idle here that no device holds (see
+    `FrontendState.release_idle_text_state`), in a frontend with traffic or without."""
+    while True:
+        await asyncio.sleep(every_s)
+        state.release_idle_text_state(idle_s)
 
 
 async def _watch_parent(supervisor_pid: int, drain: Callable[[], None]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from sie.catalog import Catalog
@@ -22,7 +21,6 @@ from sie.version import SIE_PROTOCOL_VERSION
 # holds the model and this frontend has not used it for this long: with many models in rotation it
 # would otherwise grow with every model ever served. A reload warms it again while the weights load.
 TEXT_STATE_IDLE_S = 300.0
-SWEEP_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -37,7 +35,6 @@ class FrontendState:
     ops: Operations = field(default_factory=Operations)  # authentication, statistics, tracing
     media: MediaWorkers = field(init=False)  # decoding images and audio, --media-threads of them
     feed: CatalogFeed | None = None  # the supervisor's live catalog (None: a fixed one, in tests)
-    next_sweep: float = 0.0  # monotonic time of the next look for idle text state
 
     def __post_init__(self) -> None:
         self.media = MediaWorkers(self.settings.media_threads)
@@ -73,10 +70,6 @@ class FrontendState:
         """The slot and config of the model a request names (a profile-qualified id names its model;
         `target.bind` reads the profile from the id)."""
         self.refresh_catalog()
-        now = time.monotonic()
-        if now >= self.next_sweep:
-            self.next_sweep = now + SWEEP_EVERY_S
-            self.release_idle_text_state()
         served = self.catalog.named(name)
         if served is None:
             unsupported = self.catalog.unsupported.get(name) or self.catalog.unsupported.get(

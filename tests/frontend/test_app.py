@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import zlib
@@ -342,6 +343,28 @@ def test_text_state_of_a_model_no_device_holds_leaves_once_idle(
     devices.states[devices.catalog.slot(ODD)] = ModelState.LOADED
     response = post_encode(client, ODD, {"items": [{"text": "first"}]})
     assert response.status_code == 200 and state.tokenizers.is_loaded(odd)
+
+
+def test_a_quiet_frontend_releases_idle_text_state_on_its_own(
+    client: TestClient, devices: FakeDevices, state: FrontendState
+) -> None:
+    """The release runs on a timer, not on requests: a frontend with no traffic lets go too."""
+    from sie.frontend.serve import release_idle_text_state
+
+    odd = devices.catalog.get(ODD)
+    assert post_encode(client, ODD, {"items": [{"text": "x"}]}).status_code == 200
+    devices.states[devices.catalog.slot(ODD)] = ModelState.AVAILABLE
+
+    async def quiet_while_the_timer_runs() -> None:
+        timer = asyncio.create_task(release_idle_text_state(state, every_s=0.01, idle_s=0))
+        deadline = time.monotonic() + 5
+        while state.tokenizers.is_loaded(odd) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        timer.cancel()
+
+    assert state.tokenizers.is_loaded(odd)
+    asyncio.run(quiet_while_the_timer_runs())
+    assert not state.tokenizers.is_loaded(odd)
 
 
 def test_loading_model_is_503_without_another_load(client: TestClient, devices: FakeDevices) -> None:
