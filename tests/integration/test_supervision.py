@@ -63,9 +63,12 @@ def test_children_exit_with_their_supervisor_and_the_next_start_sweeps(
     left = shm_names(first.instance)
     assert left
     first.process.kill()  # SIGKILL: no drain, no cleanup
-    first.process.wait(30)
+    # Left unreaped, the supervisor is a zombie whose pid still counts as alive, so a server that
+    # another test starts meanwhile may not sweep these names: only its children could remove them.
+    wait_until(lambda: not is_running(first.process.pid), 30, "the supervisor dies")
     wait_until(lambda: not any(is_running(pid) for pid in children), 30, "children exit after the supervisor")
     assert shm_names(first.instance) == left  # nobody removed anything
+    first.process.wait(30)
 
     second = Server(*args, frontends=1, instance=first.instance).wait_ready()
     try:
