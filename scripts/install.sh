@@ -38,9 +38,10 @@ pip_install --no-deps "gliner==0.2.29"
 # GLiClass's model code (the gliclass family). Without its dependencies: it declares scikit-learn,
 # which none of its imported modules use; torch, transformers (>= 5), numpy and tqdm are ours already.
 pip_install --no-deps "gliclass==0.1.21"
-# GLiNER2's model classes (the gliner2 family loads its checkpoints through them; SIE 0.10.1 pins
-# gliner2<2). Without its dependencies: gliner, peft, pydantic and requests are here already.
-pip_install --no-deps "gliner2==1.3.1"
+# GLiNER2's model classes (the gliner2 family loads its span and GLiNER2.5 boundary checkpoints
+# through them; 2.x loads 1.x checkpoints unchanged). Without its dependencies: pydantic, requests,
+# tqdm and urllib3 are here already, torch, transformers and safetensors are ours.
+pip_install --no-deps "gliner2==2.1.0"
 # GLiREL's model classes (the glirel family builds its checkpoints through them). Without its
 # dependencies (torch, transformers, datasets): its modules import loguru and seqeval, and seqeval
 # scikit-learn, which sentence-transformers brings.

@@ -1,19 +1,23 @@
 """GLiNER2 frontend half, going in: the row gliner2's processor builds, as ids and token roles.
 
-gliner2 (1.x, `SchemaTransformer`) reads one row per text: each schema as
+gliner2 (`SchemaTransformer`) reads one row per text: each schema as
 `( [P] name ( [E] field ... ) )` (entities [E], structure fields [C], class labels [L]), schemas
 joined by [SEP_STRUCT], then [SEP_TEXT] and the text's words. The text gets a "." when it ends in
-no sentence end, and its words come from a regex over the lowercased text (the offsets index the
-text as given). Every piece is tokenized on its own, without special tokens. The aux tells the
-device each token's role (see sie/gpu_proc/adapters/gliner2.py).
+no sentence end; its words are matched in the text as given (a combining mark or a zero-width
+joiner stays inside its word) and lowercased one by one. Every piece is tokenized on its own,
+without special tokens. The aux tells the device each token's role (see
+sie/gpu_proc/adapters/gliner2.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,26 +29,18 @@ from sie.frontend.tokenize import Encoded
 from sie.model_location import folder_tokenizer_file, resolve_weights_dir
 
 if TYPE_CHECKING:
-    from sie.frontend.tokenize import TextTokenizer
     from sie.model_config import ModelConfig
 
-# gliner2's WhitespaceTokenSplitter pattern (URLs, e-mails, handles, words, any other character).
-WORD_PATTERN = re.compile(
-    r"""(?:https?://[^\s]+|www\.[^\s]+)
-    |[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}
-    |@[a-z0-9_]+
-    |\w+(?:[-_]\w+)*
-    |\S""",
-    re.VERBOSE | re.IGNORECASE,
-)
 SENTENCE_END = (".", "!", "?")
 SEP_STRUCT, SEP_TEXT = "[SEP_STRUCT]", "[SEP_TEXT]"
+DESCRIPTION = "[DESCRIPTION]"
 MARKERS = ("[P]", "[C]", "[E]", "[R]", "[L]")  # tokens whose vectors the heads read
-SPECIAL_TOKENS = (SEP_STRUCT, SEP_TEXT, *MARKERS, "[EXAMPLE]", "[OUTPUT]", "[DESCRIPTION]")
+SPECIAL_TOKENS = (SEP_STRUCT, SEP_TEXT, *MARKERS, "[EXAMPLE]", "[OUTPUT]", DESCRIPTION)
 SchemaKind = Literal["entities", "classification", "structure"]
 MAX_NAME_CHARS = 128  # SIE's limit on a label, task, field name or choice
 DEFAULT_MAX_PROMPT_TOKENS = 2048  # SIE's default limit on the schema part of a row
 DEFAULT_MAX_WORDS = 512  # SIE's word window when a model sets no max_sequence_length
+DEFAULT_THRESHOLD = 0.5
 _FIELD_MARKER: dict[SchemaKind, str] = {"entities": "[E]", "classification": "[L]", "structure": "[C]"}
 
 
@@ -82,10 +78,28 @@ def model_text(text: str) -> str:
     return text if text.endswith(SENTENCE_END) else text + "."
 
 
+@cache
+def word_pattern() -> re.Pattern[str]:
+    """gliner2's word splitter (2.x): URLs, e-mails, handles, words, any other character. Word
+    characters are \\w, the combining marks (planes 0, 1 and 14 hold them all) and ZWNJ and ZWJ."""
+    codes = itertools.chain(range(0x20000), range(0xE0000, 0xF0000))
+    marks = [c for c in codes if unicodedata.category(chr(c)).startswith("M")]
+    ranges, first = [], marks[0]
+    for previous, current in itertools.pairwise([*marks, -1]):
+        if current != previous + 1:
+            ranges.append(f"{chr(first)}-{chr(previous)}" if previous > first else chr(first))
+            first = current
+    word = "[\\w" + "".join(ranges) + "\u200c\u200d]"
+    return re.compile(
+        rf"(?:https?://[^\s]+|www\.[^\s]+)|[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{{2,}}|@[a-z0-9_]+"
+        rf"|{word}+(?:[-_]{word}+)*|\S",
+        re.IGNORECASE,
+    )
+
+
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """gliner2's words: matched in the lowercased text, kept lowercased, with their offsets."""
-    lowered = text.lower()
-    found = [(m.group(), m.span()) for m in WORD_PATTERN.finditer(lowered)]
+    """gliner2's words, lowercased one by one, and their offsets in the text as given."""
+    found = [(m.group().lower(), m.span()) for m in word_pattern().finditer(text)]
     return [w for w, _ in found], [s for _, s in found]
 
 
@@ -98,6 +112,42 @@ def check_field_names(names: Sequence[str], what: str) -> None:
             raise InvalidInput(
                 f"{what} must not contain GLiNER2's marker tokens ({', '.join(SPECIAL_TOKENS)})"
             )
+
+
+def checked_threshold(value: Any) -> float:
+    # Compared, not converted: NaN compares false, and a JSON integer may not fit a float.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput("GLiNER2 threshold must be a finite number between 0 and 1")
+    if not 0.0 <= value <= 1.0:
+        raise InvalidInput("GLiNER2 threshold must be a finite number between 0 and 1")
+    return float(value)
+
+
+def entity_schema(labels: Sequence[str], descriptions: dict[str, str]) -> Schema:
+    """gliner2's entity schema; a label's description goes into the prompt, in label order."""
+    prompt = "entities" + "".join(
+        f" {DESCRIPTION} {label}: {descriptions[label]}" for label in labels if label in descriptions
+    )
+    return Schema("entities", prompt, tuple(labels))
+
+
+def checked_descriptions(value: Any, labels: Sequence[str]) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise InvalidInput("GLiNER2 entity_descriptions must be an object mapping existing labels to strings")
+    if any(label not in labels for label in value):
+        raise InvalidInput("GLiNER2 entity_descriptions keys must exactly match existing labels")
+    if any(not isinstance(description, str) for description in value.values()):
+        raise InvalidInput("GLiNER2 entity_descriptions values must be strings")
+    check_texts(list(value.values()), "entity descriptions", limit=None)
+    return dict(value)
+
+
+def check_texts(texts: Sequence[str], what: str, limit: int | None = MAX_NAME_CHARS) -> None:
+    if limit is not None and any(len(text) > limit for text in texts):
+        raise InvalidInput(f"GLiNER2 {what} may have at most {limit} characters each")
+    if any(token in text for text in texts for token in SPECIAL_TOKENS):
+        markers = ", ".join(SPECIAL_TOKENS)
+        raise InvalidInput(f"GLiNER2 {what} must not contain the model's marker tokens ({markers})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +177,14 @@ class Limits:
         return cls(words, min(4 * words, cap), max_prompt_tokens, rows)
 
 
+def prompt_limit(config: ModelConfig) -> int:
+    """The profile's bound on a row's schema tokens (loadtime max_prompt_tokens)."""
+    limit = config.profile().adapter_options.loadtime.get("max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"GLiNER2 max_prompt_tokens must be a positive integer, not {limit!r}")
+    return limit
+
+
 class Gliner2Prompts:
     """One model's rows: pieces tokenized one at a time, as gliner2's processor does."""
 
@@ -136,6 +194,7 @@ class Gliner2Prompts:
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
         if missing:
             raise ValueError(f"tokenizer lacks GLiNER2's marker tokens {missing}")
+        word_pattern()  # built here, where the prompts are built, not on a request
         self._tokenizer = tokenizer
         self._marker_ids = frozenset(int(tokenizer.token_to_id(t)) for t in MARKERS)
         self.limits = limits
@@ -149,14 +208,10 @@ class Gliner2Prompts:
         return cls(Tokenizer.from_file(str(folder_tokenizer_file(weights_dir))), limits)
 
     @classmethod
-    def for_model(cls, tokenizer: TextTokenizer, config: ModelConfig) -> Gliner2Prompts:
-        """The shared tokenizer truncates and adds special tokens; gliner2 does neither, so a private
-        copy is read from the weights folder."""
-        del tokenizer
-        limit = config.profile().adapter_options.loadtime.get("max_prompt_tokens", DEFAULT_MAX_PROMPT_TOKENS)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"GLiNER2 max_prompt_tokens must be a positive integer, not {limit!r}")
-        return cls.from_dir(resolve_weights_dir(config), config.max_sequence_length, limit)
+    def for_model(cls, config: ModelConfig) -> Gliner2Prompts:
+        """A tokenizer of the model's own, read from its folder: gliner2 neither truncates nor adds
+        special tokens, as the shared text tokenizer does."""
+        return cls.from_dir(resolve_weights_dir(config), config.max_sequence_length, prompt_limit(config))
 
     def encode(
         self, texts: Sequence[str], schemas: Sequence[Schema], prefix: Sequence[str] = ()
@@ -180,10 +235,13 @@ class Gliner2Prompts:
             read.append(Words(seen, spans, int(aux.max(initial=0)), tuple(prefix)))
         return _flatten(rows, masks), read
 
+    def split(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
+        return split_words(text)
+
     def _window(self, text: str, seen: str) -> tuple[list[str], list[tuple[int, int]]]:
         """The words read: every word of the text must fit (SIE fails an item it would read in part);
         gliner2's max_len then keeps the first max_words, which may drop the "." it appended."""
-        words, spans = split_words(seen)
+        words, spans = self.split(seen)
         own = len(spans) - (1 if spans and spans[-1][0] >= len(text) else 0)
         if own > self.limits.max_words:
             raise InputTooLong(
@@ -194,12 +252,16 @@ class Gliner2Prompts:
 
     def _check_tokens(self, text_tokens: int, row_tokens: int) -> None:
         limits = self.limits
-        if text_tokens > limits.max_text_tokens or (
-            limits.max_row_tokens and row_tokens > limits.max_row_tokens
-        ):
+        if text_tokens > limits.max_text_tokens:
             raise InputTooLong(
-                f"a text takes {text_tokens} tokens ({row_tokens} with its schema), more than GLiNER2 reads "
-                f"in one window ({limits.max_text_tokens}); split it into smaller items"
+                f"a text takes {text_tokens} tokens, more than GLiNER2 reads in one window "
+                f"({limits.max_text_tokens}); split it into smaller items"
+            )
+        if limits.max_row_tokens and row_tokens > limits.max_row_tokens:
+            raise InputTooLong(
+                f"a text and the task's prompt take {row_tokens} tokens ({text_tokens} of them the text), "
+                f"more than GLiNER2 reads in one row ({limits.max_row_tokens}); send a shorter text, "
+                "or fewer or shorter labels"
             )
 
     def _schema_ids(self, schemas: Sequence[Schema]) -> tuple[np.ndarray, np.ndarray]:

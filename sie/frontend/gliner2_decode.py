@@ -1,10 +1,11 @@
 """GLiNER2 frontend half, coming out: the device's raw values to entities, classes and fields.
 
-Each decision is gliner2 1.x's (`inference/engine.py`) followed by SIE's flattening
+Each decision is gliner2 2.x's (`inference/runtime.py`) followed by SIE's flattening
 (`sie_server/adapters/gliner2/adapter.py`):
 - a span is a (start word, width) whose score is >= the threshold and ends inside the text;
-  per field, spans are taken best first skipping any that overlaps one taken (by characters),
-  then those whose lowercased text repeats one taken are dropped; entities sort by start;
+  per field, spans are taken best first skipping any that overlaps one taken (by characters);
+  a structure's values then drop those whose lowercased text repeats one taken; entities sort
+  by start;
 - a classification is a softmax over the labels (sigmoid per label when multi-label): the best
   label, or every label at or above the threshold (the best when none is); SIE keeps those at or
   above the threshold, best first.
@@ -67,13 +68,16 @@ def find_spans(scores: np.ndarray, threshold: float, words: Words, n_text_words:
     return found
 
 
-def best_spans(spans: list[Span]) -> list[Span]:
-    """gliner2's `_format_spans` then `_format_entity_dict`: best first without overlaps, then
-    without repeats of a text (compared lowercased)."""
+def best_spans(spans: list[Span], *, unique_text: bool = True) -> list[Span]:
+    """gliner2's `_format_spans`: best first without overlaps. Values of a structure's field are
+    then kept once per text (compared lowercased), as `format_struct` keeps them; entities, which
+    carry their offsets, are not (the same word twice is two entities)."""
     chosen: list[Span] = []
     for span in sorted(spans, key=lambda s: -s.score):
         if all(span.end <= c.start or span.start >= c.end for c in chosen):
             chosen.append(span)
+    if not unique_text:
+        return chosen
     seen: set[str] = set()
     unique = []
     for span in chosen:
@@ -92,7 +96,8 @@ def entities(
     n_text_words = len(words.spans)
     found = []
     for index, label in enumerate(labels):
-        for span in best_spans(find_spans(scores[0, index, -n_text_words:], threshold, words, n_text_words)):
+        spans = find_spans(scores[0, index, -n_text_words:], threshold, words, n_text_words)
+        for span in best_spans(spans, unique_text=False):
             entity = source_entity(span, label, original)
             if entity is not None:
                 found.append(entity)

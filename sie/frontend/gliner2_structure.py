@@ -4,7 +4,7 @@ SIE's adapter turns the schema's properties into gliner2 field specs of one stru
 (`name::str`, `name::list`, `name::[a|b]::str`, each with `::description`), which gliner2 parses
 back into (name, dtype, choices, description). A field with choices is also listed before the
 text, `( _sie_root: name ( a | b ) , ... )`, and its value is the choice whose listed word scores
-highest. Decoding follows gliner2 1.x's `_extract_structures` and `_format_struct`.
+highest. Decoding follows gliner2 2.x's `_extract_structures` and `_format_struct`.
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def decode(
             elif field.dtype == "list":
                 spans = best_spans(find_spans(row[-n_text:], threshold, words, n_text))
                 found[field.name] = [s.text for s in spans]  # best_spans drops repeats, as _format_struct
-            else:
-                spans = find_spans(row[-n_text:], threshold, words, n_text)
+            else:  # the best span, as gliner2 2.x picks one value (1.x took the first by position)
+                spans = best_spans(find_spans(row[-n_text:], threshold, words, n_text))
                 found[field.name] = spans[0].text if spans else None
         if any(v is not None and v != [] for v in found.values()):
             return {k: v for k, v in found.items() if v is not None}

@@ -82,10 +82,8 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GLiNERUnionAdapter": _family("gliner_union"),
     "GLiNER2Adapter": _family("gliner2"),
     "GLiNER2ClassificationAdapter": _family("gliner2"),
-    "GLiNER2EntitiesAdapter": refused(
-        "GLiNER2.5 checkpoints are gliner2 2.x's boundary architecture (span-free: start and end "
-        "scores, then pairs), a network this server does not have; gliner2 1.x checkpoints are served"
-    ),
+    # Entities of span or GLiNER2.5 boundary checkpoints; config.json says which network loads.
+    "GLiNER2EntitiesAdapter": _family("gliner2"),
     "GLiNER2DecideAdapter": refused(
         "GLiNER2.5-Decide's typed decisions (gliner2 2.x's AutoExtractor) are not served here yet"
     ),

@@ -14,10 +14,13 @@ from sie.frontend.tasks.extract_gliner2 import plan
 
 SIE_CATALOG = Path(__file__).resolve().parents[3] / "shared" / "sie-catalog" / "models"
 SERVED = ["fastino/gliner2-base-v1", "fastino/gliner2-large-v1", "fastino/gliguard-LLMGuardrails-300M"]
+# SIE's entity adapter: GLiNER2.5 boundary checkpoints, and a span one (its PII filter).
+ENTITIES = [
+    "fastino/gliner2.5-base-v1",
+    "fastino/gliner2.5-small-v1",
+    "fastino/gliner2-privacy-filter-PII-multi",
+]
 REFUSED = {
-    "fastino/gliner2.5-base-v1": "GLiNER2EntitiesAdapter",
-    "fastino/gliner2.5-small-v1": "GLiNER2EntitiesAdapter",
-    "fastino/gliner2-privacy-filter-PII-multi": "GLiNER2EntitiesAdapter",
     "fastino/GLiNER2.5-Decide": "GLiNER2DecideAdapter",
     "fastino/GLiNER2.5-Decide-1B": "GLiNER2DecideAdapter",
     "fastino/GLiNER2.5-multi-Decide": "GLiNER2DecideAdapter",
@@ -33,6 +36,10 @@ def test_sies_gliner2_files_are_served_or_refused_by_name() -> None:
         assert catalog.get(model_id).profile().adapter == "gliner2"
     guard = catalog.get("fastino/gliguard-LLMGuardrails-300M").profile().adapter_options.loadtime
     assert guard == {**GUARD, "positive_label": "unsafe"}
+    for model_id in ENTITIES:
+        profile = catalog.get(model_id).profile()
+        assert profile.adapter == "gliner2"
+        assert profile.adapter_options.loadtime["max_prompt_tokens"] == 2048
     for model_id, adapter in REFUSED.items():
         assert adapter in catalog.unsupported[model_id].reason
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sie.frontend import gliner2_structure as structure
-from sie.frontend.gliner2 import Gliner2Prompts, Schema
+from sie.frontend.gliner2 import Gliner2Prompts, Schema, entity_schema
 from sie.frontend.gliner2_decode import classes, entities, split_values
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliner2 import Gliner2Adapter
@@ -95,6 +95,10 @@ def reference_entities(reference: Any, texts: list[str], labels: list[str], thre
     raw = reference.batch_extract_entities(
         texts, labels, threshold=threshold, include_confidence=True, include_spans=True
     )
+    return reference_entities_of(raw, texts)
+
+
+def reference_entities_of(raw: list[Any], texts: list[str]) -> list[Any]:
     out = []
     for text, result in zip(texts, raw, strict=True):
         found = [
@@ -129,6 +133,35 @@ def test_entities_match_gliner2(
         )
     ]
     assert sum(len(found) for found in theirs) > 3  # the random model finds something to compare
+    for mine, other, text in zip(ours, theirs, TEXTS, strict=True):
+        assert_same_entities(mine, other, text)
+
+
+@deterministic
+def test_entity_descriptions_match_gliner2(
+    adapter: Gliner2Adapter, prompts: Gliner2Prompts, reference: Any
+) -> None:
+    labels = LABEL_SETS[0]
+    descriptions = {"person": "a human being, by name", "organization": "a company or school"}
+    raw = reference.batch_extract_entities(
+        TEXTS,
+        {k: descriptions.get(k, {}) for k in labels},
+        threshold=THRESHOLD,
+        include_confidence=True,
+        include_spans=True,
+    )
+    plain = [
+        entities(s, labels, w, t, THRESHOLD)
+        for (s, w), t in zip(run(adapter, prompts, TEXTS, entity_schema(labels, {})), TEXTS, strict=True)
+    ]
+    ours = [
+        entities(s, labels, w, t, THRESHOLD)
+        for (s, w), t in zip(
+            run(adapter, prompts, TEXTS, entity_schema(labels, descriptions)), TEXTS, strict=True
+        )
+    ]
+    theirs = reference_entities_of(raw, TEXTS)
+    assert ours != plain  # the descriptions reached the model
     for mine, other, text in zip(ours, theirs, TEXTS, strict=True):
         assert_same_entities(mine, other, text)
 
@@ -185,13 +218,6 @@ OUTPUT_SCHEMAS = [
 ]
 
 
-def reference_order(names: list[str]) -> list[str]:
-    """The field order gliner2 puts in its prompt: a set's, which hashing fixes per process."""
-    fields: set[str] = set()
-    fields.update(names)
-    return list(fields)
-
-
 def reference_data(
     reference: Any, texts: list[str], output_schema: dict[str, Any], threshold: float
 ) -> list[Any]:
@@ -217,7 +243,7 @@ def test_structures_match_gliner2(
     threshold: float,
 ) -> None:
     fields = structure.parse_output_schema(output_schema)
-    order = reference_order([f.name for f in fields])
+    order = [f.name for f in fields]  # gliner2 2.x prompts the fields as declared
     schema, prefix = structure.prompt(fields, order)
     ran = run(adapter, prompts, TEXTS, schema, prefix)
     ours = [structure.decode(scores, fields, order, words, threshold) for scores, words in ran]

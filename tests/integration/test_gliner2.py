@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from tests.gpu_proc.test_gliner2_adapter import reference_entities
-from tests.integration.families import GLINER2
+from tests.integration.families import GLINER2, GLINER2_BOUNDARY
 from tests.integration.server import Server
 from tests.integration.wire import decode, post
-from tests.tiny_models.gliner2 import MAX_WORDS, load_reference
+from tests.tiny_models.gliner2 import MAX_WORDS, load_boundary_reference, load_reference
 
 pytestmark = pytest.mark.slow
 
@@ -108,15 +108,11 @@ def test_bad_requests_are_400(families: Families, params: dict[str, Any] | None,
 
 
 def test_output_schema_matches_gliner2(families: Families, reference: Any) -> None:
-    from tests.gpu_proc.test_gliner2_adapter import OUTPUT_SCHEMAS, reference_data, reference_order
+    from tests.gpu_proc.test_gliner2_adapter import OUTPUT_SCHEMAS, reference_data
 
     server, _ = families
     schema = OUTPUT_SCHEMAS[0]  # one description and one enum: their own order cannot differ
-    # The server prompts fields in the schema's order, gliner2 in the order of a set of the names:
-    # send the properties in that order.
-    names = reference_order(list(schema["properties"]))
-    ordered = {**schema, "properties": {name: schema["properties"][name] for name in names}}
-    items = extract(server, {"output_schema": ordered, "options": {"threshold": 0.5}})
+    items = extract(server, {"output_schema": schema, "options": {"threshold": 0.5}})
     want = reference_data(reference, TEXTS, schema, 0.5)
     assert any(want)
     assert [item["data"] for item in items] == want
@@ -165,3 +161,91 @@ def test_a_long_text_is_classified_in_windows(families: Families, reference: Any
     [(label, score)] = pool(found, n_labels=2, multi_label=False, positive_label="unsafe")
     assert got["label"] == label
     np.testing.assert_allclose(got["score"], score, atol=1e-4)
+
+
+# GLiNER2.5's boundary network, served under the same family (config.json says which network).
+BOUNDARY_TEXTS = [
+    "Angela Merkel met Emmanuel Macron in Paris and then in Paris again",
+    "Zoe\u0308 Mu\u0308ller flew from \u0130stanbul to Kraków.",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def boundary_reference(families: Families) -> Any:
+    gliner2 = pytest.importorskip("gliner2")
+    if int(gliner2.__version__.split(".")[0]) < 2:
+        pytest.skip("boundary checkpoints need gliner2 2.x")
+    return load_boundary_reference(families[1][GLINER2_BOUNDARY])
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "msgpack"])
+@pytest.mark.parametrize(
+    "options",
+    [{"threshold": 0.93}, {"threshold": 0.96, "entity_descriptions": {"person": "a human, by name"}}],
+    ids=["plain", "described"],
+)
+def test_boundary_entities_match_gliner2(
+    families: Families, boundary_reference: Any, options: dict[str, Any], as_json: bool
+) -> None:
+    from tests.gpu_proc.test_gliner2_boundary import reference_entities
+
+    server, _ = families
+    labels = ["person", "city"]
+    body = {"items": [{"text": t} for t in BOUNDARY_TEXTS], "params": {"labels": labels, "options": options}}
+    response = post(server.url, f"/v1/extract/{GLINER2_BOUNDARY}", body, as_json=as_json)
+    assert response.status_code == 200, response.text
+    items = decode(response)["items"]
+    described = options.get("entity_descriptions", {})
+    want = reference_entities(
+        boundary_reference, BOUNDARY_TEXTS, {k: described.get(k, {}) for k in labels}, options["threshold"]
+    )
+    assert any(want)
+    for item, theirs, text in zip(items, want, BOUNDARY_TEXTS, strict=True):
+        ours = item["entities"]
+        assert [(e["label"], e["start"], e["end"]) for e in ours] == [
+            (e["label"], e["start"], e["end"]) for e in theirs
+        ]
+        assert all(e["text"] == text[e["start"] : e["end"]] for e in ours)
+        np.testing.assert_allclose([e["score"] for e in ours], [e["score"] for e in theirs], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"labels": ["person"], "output_schema": {"type": "object"}}, "without output_schema"),
+        ({"labels": ["a"], "options": {"classification_task": "t"}}, "only the threshold"),
+        ({"labels": ["person", "person"]}, "unique"),
+        ({"labels": ["person"], "options": {"entity_descriptions": {"city": "x"}}}, "existing labels"),
+        ({"labels": ["person"], "options": {"entity_descriptions": {"person": "[E] x"}}}, "marker tokens"),
+        ({"labels": ["person"], "options": {"threshold": -1}}, "threshold"),
+    ],
+)
+def test_bad_boundary_requests_are_400(families: Families, params: dict[str, Any], fragment: str) -> None:
+    server, _ = families
+    body = {"items": [{"text": "Paris is nice."}], "params": params}
+    response = httpx.post(f"{server.url}/v1/extract/{GLINER2_BOUNDARY}", json=body, timeout=60)
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert detail["code"] == "INVALID_INPUT" and fragment in detail["message"], detail
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"labels": ["person"]}, "in one window"),  # the text alone is past the row
+        ({"labels": [f"label {i}" for i in range(40)]}, "in one row"),  # the text fits, its prompt not
+    ],
+)
+def test_a_boundary_row_past_the_profiles_bound_is_413(
+    families: Families, params: dict[str, Any], fragment: str
+) -> None:
+    server, _ = families
+    text = "word " * (MAX_WORDS // 2) if "in one row" in fragment else "word " * (4 * MAX_WORDS)
+    body = {"items": [{"text": text}], "params": params}
+    response = httpx.post(f"{server.url}/v1/extract/{GLINER2_BOUNDARY}", json=body, timeout=60)
+    assert response.status_code == 413, response.text
+    detail = response.json()["detail"]
+    assert detail["code"] == "INPUT_TOO_LONG" and fragment in detail["message"], detail
+    ok = {"items": [{"text": "Paris is nice."}], "params": {"labels": ["city"]}}
+    assert httpx.post(f"{server.url}/v1/extract/{GLINER2_BOUNDARY}", json=ok, timeout=60).status_code == 200

@@ -87,3 +87,74 @@ def _calibrate(model: Any) -> None:
         model.count_pred[-1].bias[FAVOURED_COUNT] += 10.0
         model.span_rep.span_rep_layer.out_project[-1].weight.mul_(SPAN_SCALE)
         model.classifier[-1].weight.mul_(SPAN_SCALE)
+
+
+# GLiNER2.5's boundary network on a DeBERTa-v3-shaped encoder (relative positions only), small
+# candidate sizes, records and relations off: an entity checkpoint as gliner2 2.x saves one.
+BOUNDARY_ENCODER: dict[str, Any] = {
+    **ENCODER,
+    "relative_attention": True,
+    "position_buckets": 256,
+    "pos_att_type": ["p2c", "c2p"],
+    "position_biased_input": False,
+    "max_relative_positions": -1,
+    "norm_rel_ebd": "layer_norm",
+    "share_att_key": True,
+    "type_vocab_size": 0,
+}
+BOUNDARY_HEAD: dict[str, Any] = {
+    "boundary_dim": 16,
+    "pair_dim": 16,
+    "multihead_pair_compat_heads": 4,
+    "candidate_attention_heads": 4,
+    "start_top_k": 8,
+    "end_top_k": 8,
+    "ends_per_start": 4,
+    "starts_per_end": 4,
+    "candidate_budget": 32,
+    "training_candidate_budget": 40,
+    "max_gold_per_query": 8,
+    "boundary_top_k_max": 16,
+    "pool_boundary_top_k": 16,
+    "pool_size": 48,
+    "min_pool_per_query": 4,
+    "enable_records": False,
+    "enable_relations": False,
+}
+
+
+def make_gliner2_boundary(folder: Path, seed: int = 0, **head: Any) -> Path:
+    """Write a saved GLiNER2.5 boundary checkpoint into `folder` (gliner2 2.x); `head` overrides
+    boundary_head settings (candidate_pool, overlap_policy, adaptive_threshold, ...)."""
+    import torch
+    from gliner2.configuration import ExtractorConfig
+    from gliner2.inference.engine import BoundaryExtractor
+    from transformers import AutoTokenizer, DebertaV2Config
+
+    from tests.integration.reference import minilm_dir
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(minilm_dir() / name, folder / name)
+    settings = {**BOUNDARY_HEAD, **head}
+    config = ExtractorConfig(
+        model_name=str(folder), architecture="boundary", token_pooling="first", boundary_head=settings
+    )
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = BoundaryExtractor(config, encoder_config=DebertaV2Config(**BOUNDARY_ENCODER), tokenizer=tokenizer)
+    with torch.no_grad():  # spread the random pair scores so that some clear a threshold
+        boundary = model.boundary_head
+        if settings.get("candidate_pool") == "shared":
+            boundary.shared_pool_scorer.film_output[-1].bias.fill_(0.6)
+        else:
+            boundary.pair_scorer.length_query_projection.bias.fill_(0.6)
+    model.save_pretrained(str(folder))
+    return folder
+
+
+def load_boundary_reference(folder: Path) -> Any:
+    """gliner2 2.x's own extractor on the saved boundary weights (float32, CPU, eval)."""
+    from gliner2 import AutoExtractor
+
+    return AutoExtractor.from_pretrained(str(folder), map_location="cpu").eval()

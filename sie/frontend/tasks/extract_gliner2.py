@@ -7,7 +7,6 @@ else for entities of `params.labels` (or the profile's `default_labels`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,19 +15,26 @@ import numpy as np
 
 from sie.errors import InvalidInput
 from sie.frontend import gliner2_structure as structure
-from sie.frontend.gliner2 import Gliner2Prompts, Schema, Words, check_field_names
+from sie.frontend.gliner2 import (
+    DEFAULT_THRESHOLD,
+    Gliner2Prompts,
+    Schema,
+    Words,
+    check_field_names,
+    checked_descriptions,
+    checked_threshold,
+    entity_schema,
+)
 from sie.frontend.gliner2_decode import entities, split_values
 from sie.frontend.gliner2_windows import Found, picks, pool, ranked, windows
 from sie.frontend.pipeline import admit, tokenize
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target
 from sie.frontend.tasks.extract import Extracted, ExtractJob, submit_extract
-from sie.model_config import ModelConfig
+from sie.frontend.tasks.extract_gliner2_boundary import run_gliner2_boundary
+from sie.gliner2_checkpoint import Gliner2Checkpoint
 from sie.model_location import resolve_weights_dir
 from sie.shm.layout import ResultKind
-
-DEFAULT_THRESHOLD = 0.5
-DEFAULT_MAX_WIDTH = 8  # gliner2's ExtractorConfig default
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +61,23 @@ class Task:
 
 async def run_gliner2(state: FrontendState, target: Target, job: ExtractJob) -> Extracted:
     config = target.config
+    checkpoint = state.tokenizers.built(
+        config, "gliner2:checkpoint", lambda: Gliner2Checkpoint.read(resolve_weights_dir(config))
+    )
+    if checkpoint.architecture == "boundary":
+        return await run_gliner2_boundary(state, target, job, checkpoint)
     task = plan(job, target.profile.adapter_options.loadtime)
     admit(state, target, len(job.texts))
-    prompts = state.tokenizers.derived(config, "gliner2", lambda tok: Gliner2Prompts.for_model(tok, config))
+    prompts = state.tokenizers.built(config, "gliner2", lambda: Gliner2Prompts.for_model(config))
     rows, owners = task.rows(job.texts, prompts.limits.max_words)
     (encoded, read), tokenization_ms = await tokenize(
         lambda: prompts.encode(rows, [task.schema], task.prefix), len(rows)
     )
     submitted = await submit_extract(state, target, encoded, tokenization_ms, ResultKind.TOKEN_SCORES)
     values = submitted.results.ragged[ResultKind.TOKEN_SCORES]
-    max_width = state.tokenizers.built(config, "gliner2:max_width", lambda: max_width_of(config))
     per_text: list[list[Any]] = [[] for _ in job.texts]
     for r, (words, owner) in enumerate(zip(read, owners, strict=True)):
-        scores = split_values(values[r], [task.schema], words.n_read, max_width)[0]
+        scores = split_values(values[r], [task.schema], words.n_read, checkpoint.max_width)[0]
         per_text[owner].append(task.decode(scores, words, job.texts[owner]))
     found = [task.combine(results) for results in per_text]
     return Extracted(
@@ -100,8 +110,9 @@ def plan(job: ExtractJob, loadtime: dict[str, Any]) -> Task:
     labels = checked_labels(job.labels if job.labels is not None else loadtime.get("default_labels"))
     if task is None:
         check_field_names(labels, "labels")
+        descriptions = checked_descriptions(options.get("entity_descriptions", {}), labels)
         return Task(
-            Schema("entities", "entities", tuple(labels)),
+            entity_schema(labels, descriptions),
             [],
             lambda scores, words, text: {"entities": entities(scores, labels, words, text, threshold)},
         )
@@ -138,15 +149,6 @@ def structure_task(output_schema: dict[str, Any], threshold: float) -> Task:
     )
 
 
-def checked_threshold(value: Any) -> float:
-    # Compared, not converted: NaN compares false, and a JSON integer may not fit a float.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput("GLiNER2 threshold must be a finite number between 0 and 1")
-    if not 0.0 <= value <= 1.0:
-        raise InvalidInput("GLiNER2 threshold must be a finite number between 0 and 1")
-    return float(value)
-
-
 def checked_labels(labels: Any) -> list[str]:
     """SIE's rules: a non-empty list of non-empty, distinct (after stripping) strings."""
     if labels is None or (isinstance(labels, list) and not labels):
@@ -173,10 +175,3 @@ def positive_label_of(options: dict[str, Any], loadtime: dict[str, Any], labels:
     if value.strip() not in labels:
         raise InvalidInput("GLiNER2 positive_label must be one of the labels")
     return value.strip()
-
-
-def max_width_of(config: ModelConfig) -> int:
-    """The checkpoint's max_width (config.json): span widths the device scores."""
-    with (resolve_weights_dir(config) / "config.json").open() as fh:
-        raw = json.load(fh)
-    return int(raw.get("max_width", DEFAULT_MAX_WIDTH))

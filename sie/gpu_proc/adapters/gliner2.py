@@ -1,4 +1,5 @@
-"""GLiNER2 (fastino's schema extractor, `gliner2` 1.x checkpoints): the encoder and its heads.
+"""GLiNER2 (fastino's schema extractor, `gliner2` 1.x span checkpoints): the encoder and its heads.
+GLiNER2.5's boundary checkpoints load as gliner2_boundary.py's adapter instead.
 
 The frontend (sie/frontend/gliner2.py) builds the row gliner2's processor builds, schemas first
 (`( [P] name ( [E] label ... ) )`, joined by [SEP_STRUCT]), then [SEP_TEXT] and the lowercased
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from sie.gliner2_checkpoint import Gliner2Checkpoint
 from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import compute_dtype, place, release, tensor_bytes
 from sie.gpu_proc.outputs import Output, ragged
@@ -54,28 +56,20 @@ class Gliner2Adapter(Adapter):
         self._memory_bytes = tensor_bytes(model)
 
     @classmethod
-    def load(
-        cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
-    ) -> Gliner2Adapter:
-        from gliner2.model import Extractor  # deferred: imports transformers and gliner
+    def load(cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None) -> Adapter:
+        if Gliner2Checkpoint.read(weights_dir).architecture == "boundary":
+            from sie.gpu_proc.adapters.gliner2_boundary import Gliner2BoundaryAdapter
 
-        torch_device = torch.device(device)
-        dtype = compute_dtype(torch_device, config.profile(profile).compute_precision)
-        with contextlib.redirect_stdout(io.StringIO()):  # gliner2 prints a config banner on build
-            model = Extractor.from_pretrained(str(weights_dir), map_location="cpu")
-        model.to(dtype)
-        place(model, torch_device)
+            return Gliner2BoundaryAdapter.load(config, weights_dir, device, profile)
+        from gliner2.model import Extractor  # deferred: imports transformers
+
+        precision = config.profile(profile).compute_precision
+        model = loaded(Extractor.from_pretrained, weights_dir, device, precision)
         return cls(model, name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
-        if self._model is None:
-            raise RuntimeError(f"adapter for '{self.name}' is closed")
-        if inputs.aux is None:
-            raise ValueError(f"model '{self.name}': GLiNER2 needs the token roles (aux) the frontend sends")
         with torch.inference_mode():
-            hidden = self._model.encoder(
-                input_ids=inputs.input_ids, attention_mask=inputs.attention_mask
-            ).last_hidden_state
+            hidden = encoded(self._model, self.name, inputs)
             words = [hidden[i, _word_positions(inputs.aux[i])] for i in range(len(hidden))]
             spans = self.span_reps(words)
             per_item = [
@@ -132,6 +126,29 @@ class Gliner2Adapter(Adapter):
     def close(self) -> None:
         self._model = None
         release(self.device)
+
+
+def loaded(from_pretrained: Any, weights_dir: Path, device: str, precision: str) -> Any:
+    """A gliner2 model read from its folder on the CPU, then cast and placed, in eval mode."""
+    torch_device = torch.device(device)
+    with contextlib.redirect_stdout(io.StringIO()):  # gliner2 prints a config banner on build
+        model = from_pretrained(str(weights_dir), map_location="cpu")
+    model.to(compute_dtype(torch_device, precision))
+    model.eval()
+    place(model, torch_device)
+    return model
+
+
+def encoded(model: Any, name: str, inputs: ForwardInputs) -> torch.Tensor:
+    """The encoder's last hidden states of a batch whose rows carry the frontend's token roles."""
+    if model is None:
+        raise RuntimeError(f"adapter for '{name}' is closed")
+    if inputs.aux is None:
+        raise ValueError(f"model '{name}': GLiNER2 needs the token roles (aux) the frontend sends")
+    hidden: torch.Tensor = model.encoder(
+        input_ids=inputs.input_ids, attention_mask=inputs.attention_mask
+    ).last_hidden_state
+    return hidden
 
 
 def _word_positions(aux: torch.Tensor) -> torch.Tensor:
