@@ -67,7 +67,7 @@ class Words:
 
     text: str
     spans: list[tuple[int, int]]
-    n_read: int  # words (prefix included) with at least one token: the device's rows of span scores
+    n_read: int  # words (prefix included) the device reads: its rows of span scores
     prefix: tuple[str, ...] = ()
 
 
@@ -232,7 +232,8 @@ class Gliner2Prompts:
             self._check_tokens(len(row) - len(head[0]), len(row))
             rows.append(row)
             masks.append(np.concatenate([head[1], aux]).astype(np.int32))
-            read.append(Words(seen, spans, int(aux.max(initial=0)), tuple(prefix)))
+            n_read = int(aux.max(initial=0))  # past it only words with no sub-token, which are not read
+            read.append(Words(seen, spans[: max(n_read - len(prefix), 0)], n_read, tuple(prefix)))
         return _flatten(rows, masks), read
 
     def split(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
@@ -281,14 +282,14 @@ class Gliner2Prompts:
         return np.array(ids + sep, np.int64), np.array(roles + [0] * len(sep), np.int64)
 
     def _text_ids(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of the words, and roles: the first sub-token of the n-th word with tokens gets n."""
+        """Ids of the words, and roles: a word's first sub-token gets the number of words up to and
+        including it, so a word with no sub-token shares the next word's position (gliner2 2.x
+        keeps such a word, where 1.x dropped it and read the words after it one place early)."""
         ids: list[int] = []
         roles: list[int] = []
-        n = 0
-        for word in words:
+        for n, word in enumerate(words, 1):
             sub = self._pieces(word)
             if sub:
-                n += 1
                 roles += [n] + [0] * (len(sub) - 1)
                 ids += sub
         return np.array(ids, np.int64), np.array(roles, np.int64)

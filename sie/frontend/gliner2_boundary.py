@@ -1,8 +1,7 @@
 """GLiNER2.5 boundary checkpoints in the frontend: their rows going in, their entities coming out.
 
-The row is the span checkpoints' (sie/frontend/gliner2.py) but for one thing: every word has a
-position, one with no sub-token sharing the next word's, as gliner2 2.x places words for this
-network. Labels may carry descriptions, written into the schema's prompt.
+The row is the span checkpoints' (sie/frontend/gliner2.py); its limits differ (`for_model`).
+Labels may carry descriptions, written into the schema's prompt.
 
 Out of the device come, per label, candidate spans of words with their probabilities
 (sie/gpu_proc/adapters/gliner2_boundary.py). A label abstains when the head says so; a candidate
@@ -39,8 +38,7 @@ Scored = tuple[float, int, int]  # probability, start word, end word (exclusive)
 
 
 class BoundaryPrompts(Gliner2Prompts):
-    """Rows for a boundary checkpoint. The aux on a word's first sub-token is the number of words
-    up to and including it, so the device places words that have no sub-token."""
+    """Rows for a boundary checkpoint: the span checkpoints' rows, bounded as SIE bounds them."""
 
     @classmethod
     def for_model(cls, config: ModelConfig) -> BoundaryPrompts:
@@ -55,16 +53,6 @@ class BoundaryPrompts(Gliner2Prompts):
             max_row_tokens=min(row, limits.max_row_tokens or row),
         )
         return prompts
-
-    def _text_ids(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids: list[int] = []
-        roles: list[int] = []
-        for n, word in enumerate(words, 1):
-            sub = self._pieces(word)
-            if sub:
-                roles += [n] + [0] * (len(sub) - 1)
-                ids += sub
-        return np.array(ids, np.int64), np.array(roles, np.int64)
 
 
 def checked_labels(labels: Any) -> list[str]:

@@ -32,6 +32,8 @@ TEXTS = [
     "Hi",
     "Dr. Jane O'Neil-Watts met María Gómez in São Paulo on 3/4/2021, see https://x.org or mail a@b.co.",
     "Angela Merkel visited Paris, Berlin and Tokyo last week with Emmanuel Macron ",
+    "Zoe\u0308 Mu\u0308ller flew from \u0130stanbul to Krak\u00f3w",  # marks in words; a longer lowercase
+    "Hello \x07 Paris \ufeffBOM\u200b Lyon",  # words with no sub-token
     "",
 ]
 LABEL_SETS = [["person", "location", "organization"], ["city"], ["first name", "date", "company", "email"]]

@@ -17,7 +17,7 @@ from sie.frontend.gliner2 import Limits, entity_schema
 from sie.frontend.gliner2_boundary import BoundaryPrompts, entities, resolve_overlaps
 from sie.gliner2_checkpoint import OVERLAP_POLICIES, Gliner2Checkpoint
 from sie.gpu_proc.adapters import load_adapter
-from sie.gpu_proc.adapters.gliner2_boundary import Gliner2BoundaryAdapter
+from sie.gpu_proc.adapters.gliner2_boundary import Gliner2BoundaryAdapter, row_positions
 from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
@@ -35,6 +35,7 @@ TEXTS = [
     "Dr. Jane O'Neil-Watts met María Gómez in São Paulo on 3/4/2021, see https://x.org or mail a@b.co.",
     "Zoe\u0308 Mu\u0308ller flew from \u0130stanbul to Kraków with Ann\u200dMarie",
     "Angela Merkel visited Paris, Berlin and Tokyo last week with Emmanuel Macron ",
+    "Hello \x07 Paris \ufeffBOM\u200b Lyon",  # words with no sub-token share the next word's position
     "",
 ]
 LABEL_SETS = [["person", "location", "organization"], ["city"], ["First Name", "date", "company", "e-mail"]]
@@ -165,8 +166,9 @@ def test_descriptions_go_into_the_prompt_as_gliner2_writes_them(
 
 
 def test_rows_match_gliner2s_processor(folder: Path, reference: Any) -> None:
-    """Ids, word positions and [E] positions equal the collated batch gliner2 2.x builds, words
-    with combining marks and dotted capitals included."""
+    """Ids, word positions (as the device reads them from the aux) and [E] positions equal the
+    collated batch gliner2 2.x builds: words with combining marks, dotted capitals and no
+    sub-token included."""
     labels = LABEL_SETS[2]
     prompts = BoundaryPrompts.from_dir(folder, 512)
     encoded, read = prompts.encode(TEXTS, [entity_schema(labels, {})])
@@ -179,11 +181,11 @@ def test_rows_match_gliner2s_processor(folder: Path, reference: Any) -> None:
         n = int(batch.attention_mask[i].sum())
         assert ids.tolist() == batch.input_ids[i, :n].tolist()
         words = int(batch.text_word_mask[i].sum())
-        firsts = np.nonzero(aux > 0)[0]
-        assert firsts.tolist() == batch.text_word_indices[i, :words].tolist()
+        positions, queries_at = row_positions(torch.from_numpy(aux.astype(np.int64)))
+        assert positions.tolist() == batch.text_word_indices[i, :words].tolist()
         assert list(zip(batch.start_mappings[i], batch.end_mappings[i], strict=True)) == read[i].spans
         queries = int(batch.query_marker_mask[i].sum())
-        assert np.nonzero(aux == -1)[0][1:].tolist() == batch.query_marker_indices[i, :queries].tolist()
+        assert queries_at.tolist() == batch.query_marker_indices[i, :queries].tolist()
 
 
 def test_row_limits_follow_the_profile(folder: Path) -> None:

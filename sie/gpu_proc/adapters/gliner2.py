@@ -1,10 +1,11 @@
-"""GLiNER2 (fastino's schema extractor, `gliner2` 1.x span checkpoints): the encoder and its heads.
+"""GLiNER2 (fastino's schema extractor, gliner2 span checkpoints): the encoder and its heads.
 GLiNER2.5's boundary checkpoints load as gliner2_boundary.py's adapter instead.
 
 The frontend (sie/frontend/gliner2.py) builds the row gliner2's processor builds, schemas first
 (`( [P] name ( [E] label ... ) )`, joined by [SEP_STRUCT]), then [SEP_TEXT] and the lowercased
-words, and sends per-token roles as the aux: `w + 1` on the first sub-token of text word w,
-`-(j + 1)` on each marker token ([P], then one [E]/[C]/[L] per field) of schema j, 0 elsewhere.
+words, and sends per-token roles as the aux: on a word's first sub-token the number of words up
+to and including it (see `word_positions`), `-(j + 1)` on each marker token ([P], then one
+[E]/[C]/[L] per field) of schema j, 0 elsewhere.
 
 Per item and schema, in schema order, the output holds raw values the frontend decodes:
 - a classification schema ([L] fields): one logit per label (the classifier head);
@@ -70,7 +71,7 @@ class Gliner2Adapter(Adapter):
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         with torch.inference_mode():
             hidden = encoded(self._model, self.name, inputs)
-            words = [hidden[i, _word_positions(inputs.aux[i])] for i in range(len(hidden))]
+            words = [hidden[i, word_positions(inputs.aux[i])] for i in range(len(hidden))]
             spans = self.span_reps(words)
             per_item = [
                 self._item_values(hidden[i], inputs.input_ids[i], inputs.aux[i], spans[i])
@@ -151,10 +152,14 @@ def encoded(model: Any, name: str, inputs: ForwardInputs) -> torch.Tensor:
     return hidden
 
 
-def _word_positions(aux: torch.Tensor) -> torch.Tensor:
-    """Token positions of the text words, in word order (aux numbers them from 1)."""
-    positions = (aux > 0).nonzero().squeeze(-1)
-    return positions[aux[positions].argsort()]
+def word_positions(aux: torch.Tensor) -> torch.Tensor:
+    """Token positions of a row's words, one per word in order. The aux on a word's first sub-token
+    counts the words up to it, so a word with no sub-token takes the next word's position."""
+    firsts = (aux > 0).nonzero().squeeze(-1)
+    if not len(firsts):
+        return firsts
+    counts = aux[firsts]
+    return firsts[torch.searchsorted(counts, torch.arange(1, int(counts[-1]) + 1, device=aux.device))]
 
 
 def span_grid(lengths: list[int], max_width: int, device: torch.device) -> torch.Tensor:

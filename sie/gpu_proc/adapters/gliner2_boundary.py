@@ -1,9 +1,8 @@
 """GLiNER2.5 boundary checkpoints (gliner2 2.x, `"architecture": "boundary"`): entity candidates.
 
-The row is the span family's (sie/frontend/gliner2_boundary.py builds it) with one change in the
-aux: the first sub-token of a text word carries the number of words up to and including it, so a
-word with no sub-token shares the next word's position, as gliner2 2.x places it. Schema 0's
-marker tokens carry -1: its [P], then one [E] per label, each label's query.
+The row and its aux are the span network's (sie/gpu_proc/adapters/gliner2.py): text words are
+found by `word_positions`, and schema 0's marker tokens carry -1: its [P], then one [E] per
+label, each label's query.
 
 One step on the device: the encoder, the word and [E] states gathered, and the boundary head,
 which proposes and reranks up to C candidate spans per label. Per item the output holds, label
@@ -22,7 +21,7 @@ import torch
 
 from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
 from sie.gpu_proc.adapters.common import release, tensor_bytes
-from sie.gpu_proc.adapters.gliner2 import encoded, loaded
+from sie.gpu_proc.adapters.gliner2 import encoded, loaded, word_positions
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -67,7 +66,7 @@ class Gliner2BoundaryAdapter(Adapter):
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         with torch.inference_mode():
             hidden = encoded(self._model, self.name, inputs)
-            routes = [_routes(inputs.aux[i]) for i in range(len(hidden))]
+            routes = [row_positions(inputs.aux[i]) for i in range(len(hidden))]
             words, word_mask = _gathered(hidden, [w for w, _ in routes])
             queries, query_mask = _gathered(hidden, [q for _, q in routes])
             out = self._model.boundary_head(words, word_mask, queries, query_mask, return_candidates=True)
@@ -109,16 +108,9 @@ class Gliner2BoundaryAdapter(Adapter):
         release(self.device)
 
 
-def _routes(aux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def row_positions(aux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One row's word positions (one per word, in order) and its labels' [E] positions."""
-    firsts = (aux > 0).nonzero().squeeze(-1)
-    if len(firsts):
-        counts = aux[firsts]
-        wanted = torch.arange(1, int(counts[-1]) + 1, device=aux.device)
-        words = firsts[torch.searchsorted(counts, wanted)]
-    else:
-        words = firsts
-    return words, (aux == -1).nonzero().squeeze(-1)[1:]  # the first is schema 0's [P]
+    return word_positions(aux), (aux == -1).nonzero().squeeze(-1)[1:]  # the first is schema 0's [P]
 
 
 def _gathered(hidden: torch.Tensor, positions: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
