@@ -14,7 +14,9 @@ import torch
 from sie.frontend import gliner2_structure as structure
 from sie.frontend.gliner2 import Gliner2Prompts, Schema, entity_schema
 from sie.frontend.gliner2_decode import classes, entities, split_values
+from sie.frontend.tokenize import Encoded
 from sie.gpu_proc.adapters import load_adapter
+from sie.gpu_proc.adapters.base import Adapter
 from sie.gpu_proc.adapters.gliner2 import Gliner2Adapter
 from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
 from sie.gpu_proc.runner import Runner
@@ -74,22 +76,26 @@ def run(
 ) -> list[Any]:
     """Each text's values for `schema` (and the words read), all texts in one batch."""
     encoded, read = prompts.encode(texts, [schema], prefix or [])
-    assert encoded.aux is not None
-    offsets = encoded.offsets
-    pending = [
-        PendingItem(0, 1, i, encoded.input_ids[s:e], None, 0.0, 0, aux=encoded.aux[s:e])
-        for i, (s, e) in enumerate(itertools.pairwise(offsets))
+    return [
+        (split_values(values, [schema], words.n_read, MAX_WIDTH)[0], words)
+        for values, words in zip(forward_rows(adapter, [encoded]), read, strict=True)
     ]
-    lengths = np.diff(offsets).tolist()
+
+
+def forward_rows(adapter: Adapter, encoded: list[Encoded]) -> list[np.ndarray]:
+    """Every row of these encodings through the Runner in one batch: each row's output values."""
+    pending = []
+    for enc in encoded:
+        assert enc.aux is not None
+        for s, e in itertools.pairwise(enc.offsets):
+            ids, aux = enc.input_ids[s:e], enc.aux[s:e]
+            pending.append(PendingItem(0, 1, len(pending), ids, None, 0.0, 0, aux=aux))
+    lengths = [len(p.input_ids) for p in pending]
     key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
     output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
     scores = output[ResultKind.TOKEN_SCORES]
     assert scores.row_offsets is not None and scores.values.dtype == np.float32
-    rows = scores.row_offsets
-    return [
-        (split_values(scores.values[rows[i] : rows[i + 1]], [schema], words.n_read, MAX_WIDTH)[0], words)
-        for i, words in enumerate(read)
-    ]
+    return [scores.values[a:b] for a, b in itertools.pairwise(scores.row_offsets)]
 
 
 def reference_entities(reference: Any, texts: list[str], labels: list[str], threshold: float) -> list[Any]:

@@ -18,10 +18,8 @@ from sie.frontend.gliner2_boundary import BoundaryPrompts, entities, resolve_ove
 from sie.gliner2_checkpoint import OVERLAP_POLICIES, Gliner2Checkpoint
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliner2_boundary import Gliner2BoundaryAdapter, row_positions
-from sie.gpu_proc.batcher import Batch, GroupKey, PendingItem
-from sie.gpu_proc.runner import Runner
 from sie.model_config import parse_model_config
-from sie.shm.layout import Op, ResultKind, mask_of
+from tests.gpu_proc.test_gliner2_adapter import forward_rows
 from tests.tiny_models.gliner2 import load_boundary_reference, make_gliner2_boundary, model_yaml_gliner2
 
 gliner2 = pytest.importorskip("gliner2")
@@ -84,21 +82,9 @@ def served(
 ) -> list[list[dict[str, Any]]]:
     """Every text's entities as the server decodes them, all texts in one batch."""
     encoded, read = prompts.encode(texts, [entity_schema(labels, descriptions or {})])
-    assert encoded.aux is not None
-    offsets = encoded.offsets
-    pending = [
-        PendingItem(0, 1, i, encoded.input_ids[s:e], None, 0.0, 0, aux=encoded.aux[s:e])
-        for i, (s, e) in enumerate(itertools.pairwise(offsets))
-    ]
-    lengths = np.diff(offsets).tolist()
-    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
-    output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
-    scores = output[ResultKind.TOKEN_SCORES]
-    assert scores.row_offsets is not None
-    rows = scores.row_offsets
     return [
-        entities(scores.values[rows[i] : rows[i + 1]], labels, words, text, threshold, checkpoint)
-        for i, (words, text) in enumerate(zip(read, texts, strict=True))
+        entities(values, labels, words, text, threshold, checkpoint)
+        for values, words, text in zip(forward_rows(adapter, [encoded]), read, texts, strict=True)
     ]
 
 
@@ -238,20 +224,10 @@ def test_a_text_finds_the_same_alone_and_in_a_batch_of_other_requests(
     asks = [(text, LABEL_SETS[i % len(LABEL_SETS)]) for i, text in enumerate(TEXTS)]
     alone = [served(adapter, prompts, checkpoint, [text], labels, THRESHOLDS[1])[0] for text, labels in asks]
     rows = [prompts.encode([text], [entity_schema(labels, {})]) for text, labels in asks]
-    pending = []
-    for i, (encoded, _) in enumerate(rows):
-        assert encoded.aux is not None
-        pending.append(PendingItem(0, 1, i, encoded.input_ids, None, 0.0, 0, aux=encoded.aux))
-    lengths = [len(p.input_ids) for p in pending]
-    key = GroupKey(0, int(Op.EXTRACT), mask_of({ResultKind.TOKEN_SCORES}), 0, 0)
-    output = Runner(torch.device("cpu")).run(adapter, Batch(key, pending, sum(lengths), max(lengths), 0.0))
-    scores = output[ResultKind.TOKEN_SCORES]
-    assert scores.row_offsets is not None
+    values = forward_rows(adapter, [encoded for encoded, _ in rows])
     together = [
-        entities(scores.values[a:b], labels, read[0], text, THRESHOLDS[1], checkpoint)
-        for (a, b), (text, labels), (_, read) in zip(
-            itertools.pairwise(scores.row_offsets), asks, rows, strict=True
-        )
+        entities(v, labels, read[0], text, THRESHOLDS[1], checkpoint)
+        for v, (text, labels), (_, read) in zip(values, asks, rows, strict=True)
     ]
     assert any(alone)
     assert [[(e["label"], e["start"], e["end"]) for e in item] for item in together] == [
