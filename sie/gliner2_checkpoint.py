@@ -10,6 +10,9 @@ from typing import Any, Literal
 
 Architecture = Literal["span", "boundary"]
 DEFAULT_MAX_WIDTH = 8  # gliner2's span default
+# A boundary checkpoint's candidates, as the device sends them: start word, end word (exclusive),
+# probability, kept by the predicted count.
+CANDIDATE_COLUMNS = 4
 # gliner2's names for its overlap rules, by the canonical rule each one means.
 OVERLAP_POLICIES = {
     "allow": "allow", "all": "allow", "none": "allow",

@@ -103,10 +103,11 @@ def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     return [w for w, _ in found], [s for _, s in found]
 
 
-def check_field_names(names: Sequence[str], what: str) -> None:
-    """SIE's cap on a name's length; and a marker token inside a name would be read as a marker."""
-    if any(len(name) > MAX_NAME_CHARS for name in names):
-        raise InvalidInput(f"GLiNER2 {what} may have at most {MAX_NAME_CHARS} characters each")
+def check_field_names(names: Sequence[str], what: str, limit: int | None = MAX_NAME_CHARS) -> None:
+    """SIE's cap on a name's length (`limit`); and a marker token inside a name would be read as a
+    marker."""
+    if limit is not None and any(len(name) > limit for name in names):
+        raise InvalidInput(f"GLiNER2 {what} may have at most {limit} characters each")
     for name in names:
         if any(token in name for token in SPECIAL_TOKENS):
             raise InvalidInput(
@@ -138,16 +139,8 @@ def checked_descriptions(value: Any, labels: Sequence[str]) -> dict[str, str]:
         raise InvalidInput("GLiNER2 entity_descriptions keys must exactly match existing labels")
     if any(not isinstance(description, str) for description in value.values()):
         raise InvalidInput("GLiNER2 entity_descriptions values must be strings")
-    check_texts(list(value.values()), "entity descriptions", limit=None)
+    check_field_names(list(value.values()), "entity descriptions", limit=None)
     return dict(value)
-
-
-def check_texts(texts: Sequence[str], what: str, limit: int | None = MAX_NAME_CHARS) -> None:
-    if limit is not None and any(len(text) > limit for text in texts):
-        raise InvalidInput(f"GLiNER2 {what} may have at most {limit} characters each")
-    if any(token in text for text in texts for token in SPECIAL_TOKENS):
-        markers = ", ".join(SPECIAL_TOKENS)
-        raise InvalidInput(f"GLiNER2 {what} must not contain the model's marker tokens ({markers})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +229,10 @@ class Gliner2Prompts:
             read.append(Words(seen, spans[: max(n_read - len(prefix), 0)], n_read, tuple(prefix)))
         return _flatten(rows, masks), read
 
-    def split(self, text: str) -> tuple[list[str], list[tuple[int, int]]]:
-        return split_words(text)
-
     def _window(self, text: str, seen: str) -> tuple[list[str], list[tuple[int, int]]]:
         """The words read: every word of the text must fit (SIE fails an item it would read in part);
         gliner2's max_len then keeps the first max_words, which may drop the "." it appended."""
-        words, spans = self.split(seen)
+        words, spans = split_words(seen)
         own = len(spans) - (1 if spans and spans[-1][0] >= len(text) else 0)
         if own > self.limits.max_words:
             raise InputTooLong(

@@ -22,18 +22,17 @@ from sie.errors import InvalidInput
 from sie.frontend.gliner2 import (
     Gliner2Prompts,
     Words,
-    check_texts,
+    check_field_names,
     prompt_limit,
 )
 from sie.frontend.gliner2_decode import Span, source_entity
-from sie.gliner2_checkpoint import Gliner2Checkpoint
+from sie.gliner2_checkpoint import CANDIDATE_COLUMNS, Gliner2Checkpoint
 from sie.model_location import resolve_weights_dir
 
 if TYPE_CHECKING:
     from sie.model_config import ModelConfig
 
 DEFAULT_ROW_TOKENS = 4096  # SIE's bound on a row when a profile sets none
-COLUMNS = 4  # start word, end word (exclusive), probability, kept by the predicted count
 Scored = tuple[float, int, int]  # probability, start word, end word (exclusive)
 
 
@@ -64,7 +63,7 @@ def checked_labels(labels: Any) -> list[str]:
         raise InvalidInput("GLiNER2 entity labels must be non-blank strings")
     if len(set(labels)) != len(labels):
         raise InvalidInput("GLiNER2 entity labels must be unique")
-    check_texts(labels, "entity labels")
+    check_field_names(labels, "entity labels")
     return list(labels)
 
 
@@ -83,15 +82,14 @@ def entities(
             continue
         kept = rows[(rows[:, 2] >= np.float32(threshold)) | (rows[:, 3] > 0)]
         scored = [(float(p), int(s), int(e)) for s, e, p, _ in kept.tolist()]
-        seen: set[tuple[str, int, int]] = set()
+        # Boundaries come out distinct, so gliner2's (text, start, end) dedupe has nothing to drop.
         for probability, start, end in resolve_overlaps(scored, checkpoint.overlap_policy):
             if not 0 <= start < end <= len(words.spans):
                 continue
             char_start, char_end = words.spans[start][0], words.spans[end - 1][1]
             surface = words.text[char_start:char_end].strip()
-            if not surface or (surface.lower(), char_start, char_end) in seen:
+            if not surface:
                 continue
-            seen.add((surface.lower(), char_start, char_end))
             entity = source_entity(Span(surface, probability, char_start, char_end), label, original)
             if entity is not None:
                 found.append(entity)
@@ -100,7 +98,7 @@ def entities(
 
 
 def label_candidates(values: np.ndarray, n_labels: int) -> list[tuple[float, np.ndarray]]:
-    """Cut one row's values into each label's (abstention, candidates [n, COLUMNS])."""
+    """Cut one row's values into each label's (abstention, candidates [n, CANDIDATE_COLUMNS])."""
     flat = np.asarray(values, np.float32).reshape(-1)
     out = []
     pos = 0
@@ -108,9 +106,9 @@ def label_candidates(values: np.ndarray, n_labels: int) -> list[tuple[float, np.
         if pos + 2 > len(flat):
             raise ValueError("GLiNER2 returned fewer candidate lists than labels")
         abstention, n = float(flat[pos]), int(flat[pos + 1])
-        rows = flat[pos + 2 : pos + 2 + n * COLUMNS].reshape(n, COLUMNS)
+        rows = flat[pos + 2 : pos + 2 + n * CANDIDATE_COLUMNS].reshape(n, CANDIDATE_COLUMNS)
         out.append((abstention, rows))
-        pos += 2 + n * COLUMNS
+        pos += 2 + n * CANDIDATE_COLUMNS
     if pos != len(flat):
         raise ValueError(f"GLiNER2 returned {len(flat)} values where the labels take {pos}")
     return out

@@ -36,25 +36,43 @@ if TYPE_CHECKING:
 CLASSIFICATION_MARKER = "[L]"
 
 
-class Gliner2Adapter(Adapter):
+class Gliner2Network(Adapter):
+    """What both gliner2 networks' adapters hold: the loaded model, read through its encoder at the
+    first sub-token of each word (token_pooling "first")."""
+
     kinds = frozenset({ResultKind.TOKEN_SCORES})
 
     def __init__(self, model: Any, *, name: str) -> None:
-        """`model`: a loaded `gliner2.model.Extractor` (token_pooling "first")."""
         pooling = model.config.token_pooling
         if pooling != "first":
             raise ValueError(
                 f"model '{name}': GLiNER2 token_pooling {pooling!r} not supported (only 'first')"
             )
-        tokenizer = model.processor.tokenizer
         self.name = name
         self._model: Any = model
         parameter = next(model.parameters())
         self.device, self.dtype = parameter.device, parameter.dtype
-        self.pad_token_id = int(tokenizer.pad_token_id or 0)
-        self.max_width = int(model.config.max_width)
-        self.classification_id = int(tokenizer.convert_tokens_to_ids(CLASSIFICATION_MARKER))
+        self.pad_token_id = int(model.processor.tokenizer.pad_token_id or 0)
         self._memory_bytes = tensor_bytes(model)
+
+    def memory_bytes(self) -> int:
+        return self._memory_bytes if self._model is not None else 0
+
+    def lora_target(self) -> torch.nn.Module | None:
+        return self._model if isinstance(self._model, torch.nn.Module) else None
+
+    def close(self) -> None:
+        self._model = None
+        release(self.device)
+
+
+class Gliner2Adapter(Gliner2Network):
+    def __init__(self, model: Any, *, name: str) -> None:
+        """`model`: a loaded `gliner2.model.Extractor`."""
+        super().__init__(model, name=name)
+        self.max_width = int(model.config.max_width)
+        tokenizer = model.processor.tokenizer
+        self.classification_id = int(tokenizer.convert_tokens_to_ids(CLASSIFICATION_MARKER))
 
     @classmethod
     def load(cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None) -> Adapter:
@@ -117,16 +135,6 @@ class Gliner2Adapter(Adapter):
         instances = self._model.count_embed(markers[1:], count)  # [count (at most 20), fields, hidden]
         scores = torch.sigmoid(torch.einsum("lkd,bpd->bplk", span_rep, instances))
         return torch.cat([markers.new_tensor([float(len(instances))]), scores.reshape(-1)])
-
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def lora_target(self) -> torch.nn.Module | None:
-        return self._model if isinstance(self._model, torch.nn.Module) else None
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
 
 
 def loaded(from_pretrained: Any, weights_dir: Path, device: str, precision: str) -> Any:

@@ -8,7 +8,8 @@ One step on the device: the encoder, the word and [E] states gathered, and the b
 which proposes and reranks up to C candidate spans per label. Per item the output holds, label
 after label: the abstention probability (NaN when the head has none), the number n of eligible
 candidates, then n rows of (start word, end word exclusive, probability, kept by the predicted
-count). Threshold, abstention, overlaps and characters are the frontend's.
+count), sie.gliner2_checkpoint's CANDIDATE_COLUMNS. Threshold, abstention, overlaps and characters
+are the frontend's.
 """
 
 from __future__ import annotations
@@ -19,37 +20,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sie.gpu_proc.adapters.base import Adapter, ForwardInputs
-from sie.gpu_proc.adapters.common import release, tensor_bytes
-from sie.gpu_proc.adapters.gliner2 import encoded, loaded, word_positions
+from sie.gpu_proc.adapters.base import ForwardInputs
+from sie.gpu_proc.adapters.gliner2 import Gliner2Network, encoded, loaded, word_positions
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
 if TYPE_CHECKING:
     from sie.model_config import ModelConfig
 
-CANDIDATE_COLUMNS = 4  # start, end, probability, kept by count
 
-
-class Gliner2BoundaryAdapter(Adapter):
-    kinds = frozenset({ResultKind.TOKEN_SCORES})
-
+class Gliner2BoundaryAdapter(Gliner2Network):
     def __init__(self, model: Any, *, name: str) -> None:
-        """`model`: a loaded gliner2 2.x `BoundaryExtractor` (token_pooling "first")."""
-        pooling = model.config.token_pooling
-        if pooling != "first":
-            raise ValueError(
-                f"model '{name}': GLiNER2 token_pooling {pooling!r} not supported (only 'first')"
-            )
+        """`model`: a loaded gliner2 2.x `BoundaryExtractor`."""
+        super().__init__(model, name=name)
         settings = model.boundary_settings
-        self.name = name
-        self._model: Any = model
-        parameter = next(model.parameters())
-        self.device, self.dtype = parameter.device, parameter.dtype
-        self.pad_token_id = int(model.processor.tokenizer.pad_token_id or 0)
         self._temperature = float(settings.pair_temperature)
         self._adaptive = bool(settings.adaptive_threshold)
-        self._memory_bytes = tensor_bytes(model)
 
     @classmethod
     def load(
@@ -96,16 +82,6 @@ class Gliner2BoundaryAdapter(Adapter):
         order = torch.argsort(probs.masked_fill(~eligible, -1e4), dim=-1, descending=True, stable=True)
         rank = torch.argsort(order, dim=-1)
         return eligible & (rank < count.unsqueeze(-1))
-
-    def memory_bytes(self) -> int:
-        return self._memory_bytes if self._model is not None else 0
-
-    def lora_target(self) -> torch.nn.Module | None:
-        return self._model if isinstance(self._model, torch.nn.Module) else None
-
-    def close(self) -> None:
-        self._model = None
-        release(self.device)
 
 
 def row_positions(aux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
