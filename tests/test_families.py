@@ -29,7 +29,7 @@ from tests.tiny_models.florence2 import model_yaml_florence2
 from tests.tiny_models.gliclass import model_yaml_gliclass
 from tests.tiny_models.gliformer import model_yaml_gliformer
 from tests.tiny_models.gliner import model_yaml_gliner
-from tests.tiny_models.gliner2 import model_yaml_gliner2
+from tests.tiny_models.gliner2 import model_yaml_gliner2, model_yaml_gliner2_decide
 from tests.tiny_models.gliner_bi import model_yaml_gliner_bi
 from tests.tiny_models.gliner_union import model_yaml_gliner_union
 from tests.tiny_models.glirel import model_yaml_glirel
@@ -74,6 +74,7 @@ TINY_MODEL_YAMLS = [
     model_yaml_gliner_bi("tiny/gliner-bi", NOWHERE),
     model_yaml_gliclass("tiny/gliclass", NOWHERE),
     model_yaml_gliner2("tiny/gliner2", NOWHERE),
+    model_yaml_gliner2_decide("tiny/gliner2-decide", NOWHERE),
     model_yaml_gliner_union("tiny/gliner-union", NOWHERE),
     model_yaml_glirel("tiny/glirel", NOWHERE),
     model_yaml_gliformer("tiny/gliformer", NOWHERE),

@@ -126,7 +126,7 @@ def test_engine_knobs_are_noted_not_ignored() -> None:
 @pytest.mark.parametrize(
     ("profile", "named"),
     [
-        ({"adapter_path": "x.y:GLiNER2DecideAdapter"}, "GLiNER2DecideAdapter"),
+        ({"adapter_path": "x.y:NemoColEmbedAdapter"}, "NemoColEmbedAdapter"),
         ({"adapter_path": "x.y:SomethingNewAdapter"}, "SomethingNewAdapter"),
         (
             {
@@ -256,19 +256,19 @@ def test_one_bad_file_never_stops_the_directory(tmp_path: Path) -> None:
     good = _sie({"default": {"adapter_path": BERT}})
     (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
     (tmp_path / "cut.yaml").write_text("sie_id: org/cut\nprofiles: {default: {adapter_path: [")
-    (tmp_path / "gliner2.yaml").write_text(
-        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:GLiNER2DecideAdapter"}}, sie_id="org/gliner2"))
+    (tmp_path / "colembed.yaml").write_text(
+        yaml.safe_dump(_sie({"default": {"adapter_path": "a.b:NemoColEmbedAdapter"}}, sie_id="org/colembed"))
     )
     (tmp_path / "twin.yaml").write_text(yaml.safe_dump(good))
     models, unsupported = read_models_dir(tmp_path)
     assert [m.sie_id for m in models] == ["org/model"]
     reasons = {u.sie_id: u.reason for u in unsupported}
     # A file that is not YAML at all is named after the file (SIE's `org__name.yaml` -> `org/name`).
-    assert set(reasons) == {"cut", "org/gliner2", "org/model"}
-    assert "YAML" in reasons["cut"] and "GLiNER2" in reasons["org/gliner2"]
+    assert set(reasons) == {"cut", "org/colembed", "org/model"}
+    assert "YAML" in reasons["cut"] and "ColEmbed" in reasons["org/colembed"]
     assert "already declared" in reasons["org/model"]
     catalog = load_catalog(tmp_path)
-    assert catalog.names() == ["org/model"] and set(catalog.unsupported) == {"cut", "org/gliner2"}
+    assert catalog.names() == ["org/model"] and set(catalog.unsupported) == {"cut", "org/colembed"}
     assert text_lines(catalog)[-1] == "1 served, 2 unsupported, 3 in all"
 
 

@@ -32,6 +32,7 @@ _SPEC_MODULES = (
     "gliner_bi",
     "gliclass",
     "gliner2",
+    "gliner2_decide",
     "gliner_union",
     "glirel",
     "gliformer",

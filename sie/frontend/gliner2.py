@@ -210,7 +210,7 @@ class Gliner2Prompts:
         self, texts: Sequence[str], schemas: Sequence[Schema], prefix: Sequence[str] = ()
     ) -> tuple[Encoded, list[Words]]:
         """Each text's row under `schemas` (the same for every text), and the words it reads."""
-        head = self._schema_ids(schemas)
+        head = self.schema_ids(schemas)
         if len(head[0]) > self.limits.max_prompt_tokens:
             raise InvalidInput(
                 f"GLiNER2's task prompt (labels or schema) takes {len(head[0])} tokens, more than "
@@ -255,20 +255,20 @@ class Gliner2Prompts:
                 "or fewer or shorter labels"
             )
 
-    def _schema_ids(self, schemas: Sequence[Schema]) -> tuple[np.ndarray, np.ndarray]:
+    def schema_ids(self, schemas: Sequence[Schema]) -> tuple[np.ndarray, np.ndarray]:
         """Ids and roles of the schemas and [SEP_TEXT]: marker tokens get -(schema index + 1)."""
         ids: list[int] = []
         roles: list[int] = []
         for j, schema in enumerate(schemas):
             if j:
-                ids += self._pieces(SEP_STRUCT)
+                ids += self.pieces(SEP_STRUCT)
                 roles += [0] * (len(ids) - len(roles))
             for piece in schema.tokens():
-                sub = self._pieces(piece)
+                sub = self.pieces(piece)
                 marks = bool(sub) and sub[0] in self._marker_ids
                 roles += [-(j + 1) if marks and k == 0 else 0 for k in range(len(sub))]
                 ids += sub
-        sep = self._pieces(SEP_TEXT)
+        sep = self.pieces(SEP_TEXT)
         return np.array(ids + sep, np.int64), np.array(roles + [0] * len(sep), np.int64)
 
     def _text_ids(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -278,13 +278,13 @@ class Gliner2Prompts:
         ids: list[int] = []
         roles: list[int] = []
         for n, word in enumerate(words, 1):
-            sub = self._pieces(word)
+            sub = self.pieces(word)
             if sub:
                 roles += [n] + [0] * (len(sub) - 1)
                 ids += sub
         return np.array(ids, np.int64), np.array(roles, np.int64)
 
-    def _pieces(self, piece: str) -> list[int]:
+    def pieces(self, piece: str) -> list[int]:
         found = self._cache.get(piece)
         if found is None:
             found = self._tokenizer.encode(piece, add_special_tokens=False).ids

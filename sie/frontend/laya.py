@@ -214,13 +214,13 @@ def render_options(q: Question) -> list[str]:
     ]
 
 
-def serialize_state(item: Any) -> tuple[str, bool]:
+def serialize_state(item: Any, family: str = "Laya") -> tuple[str, bool]:
     """An item's state text and whether it keeps its end when cut: `text`, or `metadata.state`
-    (a string, a JSON object, or a list of turns, newest last)."""
+    (a string, a JSON object, or a list of turns, newest last). `family` names the model in errors."""
     metadata = item.metadata or {}
     if ("state" in metadata) == (item.text is not None):
         raise InvalidInput(
-            "Laya items need a state: text, or metadata.state (a string, object or list), not both"
+            f"{family} items need a state: text, or metadata.state (a string, object or list), not both"
         )
     if "state" not in metadata:
         return item.text, False
@@ -228,11 +228,11 @@ def serialize_state(item: Any) -> tuple[str, bool]:
     if isinstance(state, str):
         return state, False
     if not isinstance(state, Mapping | list):
-        raise InvalidInput("Laya metadata.state must be a string, a JSON object or a list of turns")
+        raise InvalidInput(f"{family} metadata.state must be a string, a JSON object or a list of turns")
     try:
         return json.dumps(state, ensure_ascii=False), isinstance(state, list)
     except (TypeError, ValueError) as exc:  # msgpack can carry what JSON cannot write
-        raise InvalidInput("Laya metadata.state must be JSON-serializable") from exc
+        raise InvalidInput(f"{family} metadata.state must be JSON-serializable") from exc
 
 
 def decode_answer(q: Question, logits: np.ndarray, config: LayaConfig) -> dict[str, Any]:

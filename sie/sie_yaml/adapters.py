@@ -84,9 +84,7 @@ ADAPTERS: dict[str, AdapterRule] = {
     "GLiNER2ClassificationAdapter": _family("gliner2"),
     # Entities of span or GLiNER2.5 boundary checkpoints; config.json says which network loads.
     "GLiNER2EntitiesAdapter": _family("gliner2"),
-    "GLiNER2DecideAdapter": refused(
-        "GLiNER2.5-Decide's typed decisions (gliner2 2.x's AutoExtractor) are not served here yet"
-    ),
+    "GLiNER2DecideAdapter": _family("gliner2_decide"),
     "GLiRELAdapter": _family("glirel"),
     "GLiFormerAdapter": _family("gliformer"),
     "Qwen2FlashCrossEncoderAdapter": _family("llm_reranker"),

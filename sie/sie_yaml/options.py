@@ -140,6 +140,10 @@ def loadtime_options(
             runtime.setdefault("multi_label", _is_multi_label(value))
         elif family == "gliner2" and key in _GLINER2_LOADTIME:
             loadtime[key] = value  # read by the frontend's GLiNER2 runner, checked per request
+        elif family == "gliner2_decide" and key == "max_prompt_tokens":
+            loadtime[key] = value  # read by the frontend's GLiNER2.5-Decide rows
+        elif family == "gliner2_decide" and key == "inference_batch_tokens":
+            notes.append(f"profile '{profile}': loadtime.{key} is SIE engine tuning, no effect here")
         elif key == "normalize" and family in _TEXT_ENCODERS:
             runtime.setdefault("normalize", bool(value))
         elif family == "donut" and key in _DONUT_LOADTIME:

@@ -20,10 +20,11 @@ ENTITIES = [
     "fastino/gliner2.5-small-v1",
     "fastino/gliner2-privacy-filter-PII-multi",
 ]
-REFUSED = {
-    "fastino/GLiNER2.5-Decide": "GLiNER2DecideAdapter",
-    "fastino/GLiNER2.5-Decide-1B": "GLiNER2DecideAdapter",
-    "fastino/GLiNER2.5-multi-Decide": "GLiNER2DecideAdapter",
+# SIE's Decide adapter: typed decisions (windows in tokens: 512 for DeBERTa-v3-large, else 2048).
+DECIDE = {
+    "fastino/GLiNER2.5-Decide": 512,
+    "fastino/GLiNER2.5-Decide-1B": 2048,
+    "fastino/GLiNER2.5-multi-Decide": 2048,
 }
 GUARD = {"classification_task": "prompt_safety", "default_labels": ["safe", "unsafe"], "multi_label": False}
 
@@ -40,8 +41,10 @@ def test_sies_gliner2_files_are_served_or_refused_by_name() -> None:
         profile = catalog.get(model_id).profile()
         assert profile.adapter == "gliner2"
         assert profile.adapter_options.loadtime["max_prompt_tokens"] == 2048
-    for model_id, adapter in REFUSED.items():
-        assert adapter in catalog.unsupported[model_id].reason
+    for model_id, window in DECIDE.items():
+        config = catalog.get(model_id)
+        assert config.profile().adapter == "gliner2_decide" and config.max_sequence_length == window
+        assert config.profile().adapter_options.loadtime == {}  # cuda_graphs is SIE's engine tuning
 
 
 def job(

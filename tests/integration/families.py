@@ -17,7 +17,14 @@ from tests.tiny_models.cross_encoder import make_cross_encoder, model_yaml_cross
 from tests.tiny_models.gliclass import make_gliclass, model_yaml_gliclass
 from tests.tiny_models.gliformer import make_gliformer, model_yaml_gliformer
 from tests.tiny_models.gliner import make_gliner, model_yaml_gliner
-from tests.tiny_models.gliner2 import make_gliner2, make_gliner2_boundary, model_yaml_gliner2
+from tests.tiny_models.gliner2 import (
+    make_gliner2,
+    make_gliner2_boundary,
+    make_gliner2_decide,
+    make_gliner2_decide_boundary,
+    model_yaml_gliner2,
+    model_yaml_gliner2_decide,
+)
 from tests.tiny_models.gliner_bi import make_gliner_bi, model_yaml_gliner_bi
 from tests.tiny_models.gliner_relex import make_gliner_relex, model_yaml_gliner_relex
 from tests.tiny_models.gliner_union import make_gliner_union, model_yaml_gliner_union
@@ -40,6 +47,8 @@ GLINER = "tiny/gliner"
 GLICLASS = "tiny/gliclass"
 GLINER2 = "tiny/gliner2"
 GLINER2_BOUNDARY = "tiny/gliner2.5"
+GLINER2_DECIDE = "tiny/gliner2-decide"
+GLINER2_DECIDE_BOUNDARY = "tiny/gliner2.5-decide"
 GLINER_BI = "tiny/gliner-bi"
 GLINER_RELEX = "tiny/gliner-relex"
 GLINER_UNION = "tiny/gliner-union"
@@ -60,6 +69,8 @@ BUILDERS: dict[str, Builder] = {
     GLICLASS: (make_gliclass, model_yaml_gliclass),
     GLINER2: (make_gliner2, model_yaml_gliner2),
     GLINER2_BOUNDARY: (make_gliner2_boundary, model_yaml_gliner2),
+    GLINER2_DECIDE: (make_gliner2_decide, model_yaml_gliner2_decide),
+    GLINER2_DECIDE_BOUNDARY: (make_gliner2_decide_boundary, model_yaml_gliner2_decide),
     GLINER_BI: (make_gliner_bi, model_yaml_gliner_bi),
     GLINER_RELEX: (make_gliner_relex, model_yaml_gliner_relex),
     GLINER_UNION: (make_gliner_union, model_yaml_gliner_union),

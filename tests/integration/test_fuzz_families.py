@@ -24,6 +24,7 @@ from tests.integration.families import (
     GLIFORMER,
     GLINER,
     GLINER2,
+    GLINER2_DECIDE,
     GLINER_BI,
     GLINER_RELEX,
     GLINER_UNION,
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.slow
 Families = tuple[Server, dict[str, Path]]
 ROUTES = [
     *(f"/v1/extract/{model}" for model in (NER, GLINER, GLICLASS, GLINER2, GLINER_BI, GLINER_RELEX)),
-    *(f"/v1/extract/{model}" for model in (GLINER_UNION, GLIREL, GLIFORMER, LAYA, NLI)),
+    *(f"/v1/extract/{model}" for model in (GLINER_UNION, GLIREL, GLIFORMER, LAYA, NLI, GLINER2_DECIDE)),
     *(f"/v1/encode/{model}" for model in (SPLADE, COLBERT, HYBRID, GLIFORMER)),
     *(f"/v1/score/{model}" for model in (RERANKER, COLBERT)),
 ]
@@ -53,6 +54,7 @@ OPTION_NAMES = [
     "relation_threshold", "merge_adjacent_entities", "hypothesis_template", "max_len", "profile",
     "score_floor", "window_words", "window_overlap", "propagate_label", "default_labels", "task",
     "include_spans", "include_confidence", "max_length", "is_query", "muvera", "lora",
+    "label_groups", "classification_task", "overflow_policy", "group_encoding",
 ]  # fmt: skip
 
 scalars = (

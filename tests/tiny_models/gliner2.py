@@ -29,6 +29,8 @@ ENCODER: dict[str, Any] = {
 FAVOURED_COUNT = 2
 # Span vectors are scaled so the random span scores spread over (0, 1) instead of sitting at 0.5.
 SPAN_SCALE = 6.0
+# The random classifier's logits hardly differ between labels; scaled, they spread.
+CLASSIFIER_SCALE = 6.0
 
 
 def make_gliner2(folder: Path, seed: int = 0) -> Path:
@@ -86,7 +88,7 @@ def _calibrate(model: Any) -> None:
     with torch.no_grad():
         model.count_pred[-1].bias[FAVOURED_COUNT] += 10.0
         model.span_rep.span_rep_layer.out_project[-1].weight.mul_(SPAN_SCALE)
-        model.classifier[-1].weight.mul_(SPAN_SCALE)
+        model.classifier[-1].weight.mul_(CLASSIFIER_SCALE)
 
 
 # GLiNER2.5's boundary network on a DeBERTa-v3-shaped encoder (relative positions only), small
@@ -123,9 +125,11 @@ BOUNDARY_HEAD: dict[str, Any] = {
 }
 
 
-def make_gliner2_boundary(folder: Path, seed: int = 0, **head: Any) -> Path:
-    """Write a saved GLiNER2.5 boundary checkpoint into `folder` (gliner2 2.x); `head` overrides
-    boundary_head settings (candidate_pool, overlap_policy, adaptive_threshold, ...)."""
+def make_gliner2_boundary(
+    folder: Path, seed: int = 0, *, encoder: dict[str, Any] | None = None, **head: Any
+) -> Path:
+    """Write a saved GLiNER2.5 boundary checkpoint into `folder` (gliner2 2.x); `encoder` overrides
+    BOUNDARY_ENCODER's settings and `head` boundary_head's (candidate_pool, overlap_policy, ...)."""
     import torch
     from gliner2.configuration import ExtractorConfig
     from gliner2.inference.engine import BoundaryExtractor
@@ -142,15 +146,43 @@ def make_gliner2_boundary(folder: Path, seed: int = 0, **head: Any) -> Path:
     )
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    model = BoundaryExtractor(config, encoder_config=DebertaV2Config(**BOUNDARY_ENCODER), tokenizer=tokenizer)
+    model = BoundaryExtractor(
+        config, encoder_config=DebertaV2Config(**{**BOUNDARY_ENCODER, **(encoder or {})}), tokenizer=tokenizer
+    )
     with torch.no_grad():  # spread the random pair scores so that some clear a threshold
         boundary = model.boundary_head
         if settings.get("candidate_pool") == "shared":
             boundary.shared_pool_scorer.film_output[-1].bias.fill_(0.6)
         else:
             boundary.pair_scorer.length_query_projection.bias.fill_(0.6)
+        model.classifier[-1].weight.mul_(CLASSIFIER_SCALE)  # and the label logits
     model.save_pretrained(str(folder))
     return folder
+
+
+# GLiNER2.5-Decide's checkpoints are gliner2 2.x span or boundary checkpoints read through their
+# classifier head; a small window in tokens, so that documents are cut.
+DECIDE_WINDOW = 192
+
+
+def make_gliner2_decide(folder: Path) -> Path:
+    return make_gliner2(folder, seed=3)
+
+
+def make_gliner2_decide_boundary(folder: Path) -> Path:
+    # Absolute positions added to the input: a random encoder of relative positions only gives
+    # every [L] marker nearly the same state, and every label the same logit.
+    return make_gliner2_boundary(folder, seed=4, encoder={"position_biased_input": True})
+
+
+def model_yaml_gliner2_decide(sie_id: str, folder: Path) -> dict[str, Any]:
+    return {
+        "sie_id": sie_id,
+        "weights": {"path": str(folder)},
+        "tasks": {"extract": {}},
+        "max_sequence_length": DECIDE_WINDOW,
+        "adapter": "gliner2_decide",
+    }
 
 
 def load_boundary_reference(folder: Path) -> Any:

@@ -37,14 +37,14 @@ CLASSIFICATION_MARKER = "[L]"
 
 
 class Gliner2Network(Adapter):
-    """What both gliner2 networks' adapters hold: the loaded model, read through its encoder at the
-    first sub-token of each word (token_pooling "first")."""
+    """What every gliner2 adapter holds: the loaded model and its encoder's place and dtype."""
 
     kinds = frozenset({ResultKind.TOKEN_SCORES})
+    reads_words = True  # the heads read words at their first sub-token: other poolings are refused
 
     def __init__(self, model: Any, *, name: str) -> None:
         pooling = model.config.token_pooling
-        if pooling != "first":
+        if self.reads_words and pooling != "first":
             raise ValueError(
                 f"model '{name}': GLiNER2 token_pooling {pooling!r} not supported (only 'first')"
             )
