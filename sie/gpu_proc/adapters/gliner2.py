@@ -148,6 +148,14 @@ def loaded(from_pretrained: Any, weights_dir: Path, device: str, precision: str)
     return model
 
 
+def auto_loaded(config: ModelConfig, weights_dir: Path, device: str, profile: str | None) -> Any:
+    """The checkpoint as gliner2 2.x's AutoExtractor builds it (span or boundary network)."""
+    from gliner2 import AutoExtractor  # deferred: imports torch and transformers
+
+    precision = config.profile(profile).compute_precision
+    return loaded(AutoExtractor.from_pretrained, weights_dir, device, precision)
+
+
 def encoded(model: Any, name: str, inputs: ForwardInputs) -> torch.Tensor:
     """The encoder's last hidden states of a batch whose rows carry the frontend's token roles."""
     if model is None:

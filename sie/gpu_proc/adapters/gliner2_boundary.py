@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.gliner2 import Gliner2Network, encoded, loaded, word_positions
+from sie.gpu_proc.adapters.gliner2 import Gliner2Network, auto_loaded, encoded, word_positions
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -41,10 +41,7 @@ class Gliner2BoundaryAdapter(Gliner2Network):
     def load(
         cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
     ) -> Gliner2BoundaryAdapter:
-        from gliner2 import AutoExtractor  # deferred: imports torch and transformers
-
-        precision = config.profile(profile).compute_precision
-        model = loaded(AutoExtractor.from_pretrained, weights_dir, device, precision)
+        model = auto_loaded(config, weights_dir, device, profile)
         if getattr(model, "architecture", None) != "boundary":
             raise ValueError(f"model '{config.sie_id}': not a GLiNER2 boundary checkpoint")
         return cls(model, name=config.sie_id)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from sie.gpu_proc.adapters.base import ForwardInputs
-from sie.gpu_proc.adapters.gliner2 import Gliner2Network, encoded, loaded
+from sie.gpu_proc.adapters.gliner2 import Gliner2Network, auto_loaded, encoded
 from sie.gpu_proc.outputs import Output, ragged
 from sie.shm.layout import ResultKind
 
@@ -30,11 +30,7 @@ class Gliner2DecideAdapter(Gliner2Network):
     def load(
         cls, config: ModelConfig, weights_dir: Path, device: str, profile: str | None = None
     ) -> Gliner2DecideAdapter:
-        from gliner2 import AutoExtractor  # deferred: imports torch and transformers
-
-        precision = config.profile(profile).compute_precision
-        model = loaded(AutoExtractor.from_pretrained, weights_dir, device, precision)
-        return cls(model, name=config.sie_id)
+        return cls(auto_loaded(config, weights_dir, device, profile), name=config.sie_id)
 
     def forward(self, inputs: ForwardInputs, wanted: frozenset[ResultKind]) -> dict[ResultKind, Output]:
         with torch.inference_mode():
