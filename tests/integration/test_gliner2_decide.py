@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.families import GLINER2_DECIDE, GLINER2_DECIDE_BOUNDARY
 from tests.integration.server import Server
+from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
 from tests.integration.wire import decode, post
 from tests.tiny_models.gliner2 import DECIDE_WINDOW
 
@@ -248,3 +249,45 @@ def test_rows_past_the_window_are_413_and_the_server_serves_on(
     )
     assert ok.status_code == 200, ok.text  # a long text is cut to its first words by default
     assert len(decode(ok)["items"]) == 2
+
+
+@pytest.mark.skipif(not SDK_PYTHON.exists(), reason=f"{SDK_PYTHON} missing (scripts/install.sh --test)")
+def test_the_sie_sdk_sends_questions_and_states_and_reads_the_answers(
+    families: Families, scorers: dict[str, Any]
+) -> None:
+    server, _ = families
+    turns = [{"role": "user", "content": "my card was charged twice"}, {"role": "agent", "content": "sorry!"}]
+    actions = [
+        {
+            "op": "extract",
+            "model": GLINER2_DECIDE,
+            "items": [{"text": t} for t in TEXTS[:2]],
+            "kwargs": {"output_schema": {"intent": QUESTIONS["intent"]}},
+        },
+        {
+            "op": "extract",
+            "model": GLINER2_DECIDE,
+            "items": {"metadata": {"state": turns}},
+            "kwargs": {"labels": ["billing", "login"], "instruction": "Route the chat"},
+        },
+    ]
+    questions, state = run_sdk(server.url, actions)
+    intent = [("intent", {"refund": "money back", "other": None, "chat": None}, "What is asked?", False)]
+    for result, logits in zip(
+        ok(questions), package_logits(scorers[GLINER2_DECIDE], intent, TEXTS[:2]), strict=True
+    ):
+        p = softmax(list(logits["intent"].values()))
+        np.testing.assert_allclose(list(result["data"]["intent"]["probabilities"].values()), p, atol=ATOL)
+    text = json.dumps(turns, ensure_ascii=False)
+    (logits,) = package_logits(
+        scorers[GLINER2_DECIDE],
+        [("label", {"billing": None, "login": None}, "Route the chat", False)],
+        [text],
+    )
+    want = dict(
+        zip(
+            ["billing", "login"], softmax([logits["label"]["billing"], logits["label"]["login"]]), strict=True
+        )
+    )
+    got = {c["label"]: c["score"] for c in ok(state)["classifications"]}
+    np.testing.assert_allclose([got["billing"], got["login"]], [want["billing"], want["login"]], atol=ATOL)
