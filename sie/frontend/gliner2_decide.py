@@ -11,6 +11,7 @@ the label at each, in order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ LABEL_MARKER = "[L]"
 MAX_WORD_CHARS = 4096
 MAX_CHARS_PER_TOKEN = 64
 MAX_WORDS_PER_TOKEN = 4
+_SPACE = re.compile(r"\s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +92,14 @@ class DecideRows:
     def document(self, text: str, room: int, *, from_end: bool) -> Document:
         """The whole words of `text` (from its end for `from_end`) whose tokens fit in `room`."""
         seen = model_text(text)
-        words, spans = split_words(seen)
+        part, offset = reachable(seen, room * MAX_CHARS_PER_TOKEN + MAX_WORD_CHARS, from_end=from_end)
+        words, spans = split_words(part)
+        spans = [(start + offset, end + offset) for start, end in spans]
         order = range(len(words) - 1, -1, -1) if from_end else range(len(words))
         kept: list[int] = []
         pieces: list[list[int]] = []
         used = 0
-        complete = True
+        complete = len(part) == len(seen)
         for n, i in enumerate(order):
             start, end = spans[i]
             reach = len(seen) - start if from_end else end
@@ -109,7 +113,7 @@ class DecideRows:
             sub = self.prompts.pieces(words[i])
             if used + len(sub) > room:
                 # Missing only the appended "." still reads the caller's whole text.
-                complete = not from_end and start >= len(text)
+                complete = complete and not from_end and start >= len(text)
                 break
             kept.append(i)
             pieces.append(sub)
@@ -131,3 +135,17 @@ class DecideRows:
             [part for d in documents for part in (prefix.aux, np.zeros(len(d.ids), np.int64))]
         ).astype(np.int32)
         return Encoded(offsets, input_ids, None, int(offsets[-1]), aux)
+
+
+def reachable(text: str, reach: int, *, from_end: bool) -> tuple[str, int]:
+    """The part of `text` a row can read, and where it starts: the first (or last) `reach`
+    characters, cut at a space. No word crosses a space, so the part splits into the same words as
+    the whole text does there, and a huge text costs no more splitting than a row can use."""
+    if len(text) <= reach:
+        return text, 0
+    if from_end:
+        space = _SPACE.search(text, len(text) - reach, len(text) - reach + MAX_WORD_CHARS)
+        start = space.end() if space else len(text) - reach
+        return text[start:], start
+    cut = max((m.start() for m in _SPACE.finditer(text, reach - MAX_WORD_CHARS, reach)), default=reach)
+    return text[:cut], 0

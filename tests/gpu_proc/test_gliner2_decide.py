@@ -13,7 +13,7 @@ import pytest
 
 from sie.errors import InputTooLong
 from sie.frontend.gliner2 import Gliner2Prompts, model_text, split_words
-from sie.frontend.gliner2_decide import DecideRows
+from sie.frontend.gliner2_decide import MAX_CHARS_PER_TOKEN, MAX_WORD_CHARS, DecideRows
 from sie.frontend.gliner2_decisions import Decisions, parse_decisions
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliner2_decide import Gliner2DecideAdapter
@@ -179,7 +179,8 @@ def test_a_long_text_is_read_as_the_whole_words_that_fit(
     adapter: Gliner2DecideAdapter, rows: DecideRows, reference: Any
 ) -> None:
     decisions = decisions_of(REQUESTS["groups"])
-    text = " ".join(f"Ticket{i} says the login page fails again" for i in range(40))
+    text = " ".join(f"Ticket{i} says the login page fails again" for i in range(600))
+    assert len(text) > WINDOW * MAX_CHARS_PER_TOKEN + MAX_WORD_CHARS  # cut before it is split
     k = fitting_words(reference, decisions, text)
     prefix = rows.prefix(decisions)
     document = rows.document(text, WINDOW - len(prefix.ids), from_end=False)
@@ -195,8 +196,9 @@ def test_turns_are_read_from_their_end(
     adapter: Gliner2DecideAdapter, rows: DecideRows, reference: Any
 ) -> None:
     decisions = decisions_of({"output_schema": QUESTIONS})
-    turns = [{"role": "user", "content": f"message {i}: the invoice total looks wrong"} for i in range(30)]
+    turns = [{"role": "user", "content": f"message {i}: the invoice total looks wrong"} for i in range(600)]
     text = json.dumps(turns, ensure_ascii=False)
+    assert len(text) > WINDOW * MAX_CHARS_PER_TOKEN + MAX_WORD_CHARS  # cut before it is split
     prefix = rows.prefix(decisions)
     document = rows.document(text, WINDOW - len(prefix.ids), from_end=True)
     assert not document.complete
@@ -205,9 +207,11 @@ def test_turns_are_read_from_their_end(
     seen = model_text(text)
     words, spans = split_words(seen)
     encoded = rows.encode(prefix, [document])
-    theirs_all = [len(rows.prompts.pieces(w)) for w in words]
-    first = next(i for i in range(len(words)) if sum(theirs_all[i:]) <= len(document.ids))
-    assert sum(theirs_all[first:]) == len(document.ids) and sum(theirs_all[first - 1 :]) > len(document.ids)
+    from_here = np.cumsum([len(rows.prompts.pieces(w)) for w in reversed(words)])[
+        ::-1
+    ]  # tokens from word i on
+    first = int(np.argmax(from_here <= len(document.ids)))
+    assert from_here[first] == len(document.ids) and from_here[first - 1] > len(document.ids)
     ours = forward_rows(adapter, [encoded])[0].reshape(-1)
     (theirs,) = package_logits(reference, decisions, [seen[spans[first][0] :]])
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
