@@ -47,7 +47,7 @@ def test_packed_forwards_attend_through_pytorchs_varlen_kernel(
 ) -> None:
     from sie.gpu_proc.adapters import varlen
 
-    real = varlen.Kernel.attend
+    real = varlen.Kernel.installed()
     if real is None:
         pytest.skip("this PyTorch has no torch.nn.attention.varlen")
     calls: list[int] = []
@@ -80,7 +80,7 @@ def test_a_grouped_query_decoder_attends_through_the_real_kernel(precision: str)
 
     from .test_varlen import DECODER, LENGTHS, batch
 
-    if varlen.Kernel.attend is None:
+    if varlen.Kernel.installed() is None:
         pytest.skip("this PyTorch has no torch.nn.attention.varlen")
     torch.manual_seed(0)
     model = transformers.AutoModel.from_config(transformers.Qwen3Config(**DECODER)).eval()
@@ -113,7 +113,7 @@ def test_the_packed_encoder_replays_cuda_graphs_as_transformers_answers(precisio
 
     from .test_varlen import batch, bert
 
-    if varlen.Kernel.attend is None:
+    if varlen.Kernel.installed() is None:
         pytest.skip("this PyTorch has no torch.nn.attention.varlen")
     assert cuda_graphs.Graphs.enabled
     model = bert()

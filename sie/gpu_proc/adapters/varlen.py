@@ -40,12 +40,21 @@ def _installed_kernel() -> Callable[..., torch.Tensor] | None:
 
 
 class Kernel:
-    """The process's varlen kernel. The CPU tests put a stand-in here, with `anywhere` set so that
-    it also runs on the CPU and in float32."""
+    """The process's varlen kernel, looked up on first use on a device it serves: importing it costs
+    about 2 s (it brings torch._dynamo), which a CPU process never needs. The CPU tests put a
+    stand-in here, with `anywhere` set so that it also runs on the CPU and in float32."""
 
-    attend: Callable[..., torch.Tensor] | None = _installed_kernel()
+    attend: Callable[..., torch.Tensor] | None = None
+    looked_up = False
     anywhere = False
     failed = False
+
+    @classmethod
+    def installed(cls) -> Callable[..., torch.Tensor] | None:
+        if cls.attend is None and not cls.looked_up:
+            cls.attend = _installed_kernel()
+        cls.looked_up = True
+        return cls.attend
 
 
 @functools.cache
@@ -71,11 +80,11 @@ def sequences(
     lengths: list[int], device: torch.device, dtype: torch.dtype, head_dim: int
 ) -> Sequences | None:
     """The batch's offsets on `device` when the kernel applies to it, else None."""
-    if Kernel.attend is None or Kernel.failed:
+    if Kernel.failed:
         return None
     if not Kernel.anywhere and (device.type != "cuda" or dtype not in _HALF):
         return None
-    if head_dim % 8 or head_dim > 256:  # flash's head sizes
+    if head_dim % 8 or head_dim > 256 or Kernel.installed() is None:  # flash's head sizes
         return None
     (offsets,) = to_device([np.asarray([0, *itertools.accumulate(lengths)], np.int64)], device)
     return Sequences(offsets.to(torch.int32), max(lengths))
@@ -87,7 +96,7 @@ def attend(
     """`[tokens, heads, head_dim]` outputs of every sequence attending within itself, keys from
     `window` = (left, right) positions around each query (-1: unbounded); None if the kernel failed,
     and then it is not tried again."""
-    kernel = Kernel.attend
+    kernel = Kernel.installed()
     if kernel is None or Kernel.failed:
         return None
     grouped = {"enable_gqa": True} if q.shape[1] != k.shape[1] and _takes_gqa_flag(kernel) else {}
