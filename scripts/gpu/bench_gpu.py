@@ -284,7 +284,7 @@ def _versions() -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cuda": torch.version.cuda,
-        "varlen_kernel": Kernel.attend is not None,  # torch.nn.attention.varlen in this PyTorch
+        "varlen_kernel": Kernel.installed() is not None,  # torch.nn.attention.varlen in this PyTorch
     }
 
 

@@ -63,7 +63,7 @@ def launch_probe(device: str) -> dict[str, float]:
     probe["kernel_launch_us"] = round((time.perf_counter() - started) / 5000 * 1e6, 2)
     from sie.gpu_proc.adapters.varlen import Kernel
 
-    probe["varlen_kernel"] = Kernel.attend is not None
+    probe["varlen_kernel"] = Kernel.installed() is not None
     return probe
 
 
