@@ -40,7 +40,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # go to one worker together, which starts that server once instead of once per worker; every other
 # file is a unit of its own, as `--dist loadfile` has it. (xdist's own `loadgroup` does not group
 # under pytest 9, whose node ids are no longer the attribute xdist rewrites.)
-SHARED_SERVERS = ("families", "media")
+# Session server -> its files' group; the MiniLM server's files join the families' (test_sdk takes both).
+SHARED_SERVERS = {"families": "families", "minilm_server": "families", "media": "media"}
 _PARAMETERS = re.compile(r"^\s*def \w+\(([^)]*)\)", re.MULTILINE)
 
 
@@ -70,7 +71,7 @@ def shared_server_of(path: Path) -> str | None:
     taken = {
         name.strip().partition(":")[0] for m in _PARAMETERS.finditer(source) for name in m.group(1).split(",")
     }
-    return next((name for name in SHARED_SERVERS if name in taken), None)
+    return next((group for name, group in SHARED_SERVERS.items() if name in taken), None)
 
 
 # Importing gliformer makes its bidirectional Qwen3 transformers' AutoModel for Qwen3Config in the
