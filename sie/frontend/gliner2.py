@@ -124,12 +124,17 @@ def checked_threshold(value: Any) -> float:
     return float(value)
 
 
+def schema_head(name: str, prompt: str | None, described: Sequence[tuple[str, str]]) -> str:
+    """A schema's prompt piece as gliner2's processor writes it: `name: prompt` (or the name alone),
+    then ` [DESCRIPTION] label: description` for each (label, description), in the order given."""
+    head = f"{name}: {prompt}" if prompt else name
+    return head + "".join(f" {DESCRIPTION} {label}: {description}" for label, description in described)
+
+
 def entity_schema(labels: Sequence[str], descriptions: dict[str, str]) -> Schema:
     """gliner2's entity schema; a label's description goes into the prompt, in label order."""
-    prompt = "entities" + "".join(
-        f" {DESCRIPTION} {label}: {descriptions[label]}" for label in labels if label in descriptions
-    )
-    return Schema("entities", prompt, tuple(labels))
+    described = [(label, descriptions[label]) for label in labels if label in descriptions]
+    return Schema("entities", schema_head("entities", None, described), tuple(labels))
 
 
 def checked_descriptions(value: Any, labels: Sequence[str]) -> dict[str, str]:

@@ -92,7 +92,8 @@ class DecideRows:
     def document(self, text: str, room: int, *, from_end: bool) -> Document:
         """The whole words of `text` (from its end for `from_end`) whose tokens fit in `room`."""
         seen = model_text(text)
-        part, offset = reachable(seen, room * MAX_CHARS_PER_TOKEN + MAX_WORD_CHARS, from_end=from_end)
+        char_limit = room * MAX_CHARS_PER_TOKEN
+        part, offset = reachable(seen, char_limit + MAX_WORD_CHARS, from_end=from_end)
         words, spans = split_words(part)
         spans = [(start + offset, end + offset) for start, end in spans]
         order = range(len(words) - 1, -1, -1) if from_end else range(len(words))
@@ -103,11 +104,7 @@ class DecideRows:
         for n, i in enumerate(order):
             start, end = spans[i]
             reach = len(seen) - start if from_end else end
-            if (
-                end - start > MAX_WORD_CHARS
-                or reach > room * MAX_CHARS_PER_TOKEN
-                or n >= room * MAX_WORDS_PER_TOKEN
-            ):
+            if end - start > MAX_WORD_CHARS or reach > char_limit or n >= room * MAX_WORDS_PER_TOKEN:
                 complete = False
                 break
             sub = self.prompts.pieces(words[i])

@@ -19,7 +19,6 @@ gliner2's classifier computes them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from sie.errors import InvalidInput
-from sie.frontend.gliner2 import DESCRIPTION, SPECIAL_TOKENS, Schema
+from sie.frontend.gliner2 import SPECIAL_TOKENS, Schema, checked_threshold, schema_head
 from sie.frontend.laya import entropy_confidence, render_criterion
 from sie.frontend.laya_questions import parse_question
 
@@ -65,11 +64,8 @@ class DecisionTask:
     def schema(self) -> Schema:
         """The task as gliner2's processor writes it: `name: prompt`, then each described label as
         `[DESCRIPTION] label: description`, in label order."""
-        head = f"{self.name}: {self.prompt}" if self.prompt else self.name
-        for label, description in zip(self.labels, self.descriptions, strict=True):
-            if description:
-                head += f" {DESCRIPTION} {label}: {description}"
-        return Schema("classification", head, self.labels)
+        described = [(label, d) for label, d in zip(self.labels, self.descriptions, strict=True) if d]
+        return Schema("classification", schema_head(self.name, self.prompt, described), self.labels)
 
     def free_texts(self) -> Iterator[str]:
         """The caller's free text this task puts before every document (counted as input tokens)."""
@@ -126,7 +122,7 @@ def parse_decisions(
     else:
         prompt = _free_text(instruction, "instruction")
         multi_label = _multi_label(options)
-        threshold = _threshold(options)
+        threshold = checked_threshold(options.get("threshold", 0.0))
         if groups is not None:
             if labels:
                 raise InvalidInput("GLiNER2.5-Decide takes either labels or options.label_groups, not both")
@@ -314,16 +310,6 @@ def _multi_label(options: Mapping[str, Any]) -> bool:
     if multi is not None and multi != (kind == "multi-label"):
         raise InvalidInput("GLiNER2.5-Decide multi_label contradicts classification_type")
     return kind == "multi-label"
-
-
-def _threshold(options: Mapping[str, Any]) -> float:
-    value = options.get("threshold", 0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput("GLiNER2.5-Decide threshold must be a finite number between 0 and 1")
-    threshold = float(value) if not isinstance(value, int) or abs(value) < 2**53 else math.inf
-    if not 0.0 <= threshold <= 1.0:
-        raise InvalidInput("GLiNER2.5-Decide threshold must be a finite number between 0 and 1")
-    return threshold
 
 
 def probabilities(task: DecisionTask, logits: np.ndarray) -> np.ndarray:
