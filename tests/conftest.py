@@ -36,11 +36,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable
 
 
-# The files whose tests or fixtures take one of these session servers (tests/integration/conftest.py)
-# go to one worker together, which starts that server once instead of once per worker; every other
-# file is a unit of its own, as `--dist loadfile` has it. (xdist's own `loadgroup` does not group
-# under pytest 9, whose node ids are no longer the attribute xdist rewrites.)
-# Session server -> its files' group; the MiniLM server's files join the families' (test_sdk takes both).
+# The files whose tests or fixtures take a session server (tests/integration/conftest.py) go to one
+# worker together, by the group below, which starts that server once instead of once per worker;
+# the MiniLM server's files join the families' (test_sdk takes both). Every other file is a unit of
+# its own, as `--dist loadfile` has it. (xdist's own `loadgroup` does not group under pytest 9,
+# whose node ids are no longer the attribute xdist rewrites.)
 SHARED_SERVERS = {"families": "families", "minilm_server": "families", "media": "media"}
 _PARAMETERS = re.compile(r"^\s*def \w+\(([^)]*)\)", re.MULTILINE)
 
@@ -63,7 +63,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @functools.cache
 def shared_server_of(path: Path) -> str | None:
-    """The session server a test file's functions take as a parameter, if any."""
+    """The group of the session server a test file's functions take as a parameter, if any."""
     try:
         source = path.read_text()
     except OSError:

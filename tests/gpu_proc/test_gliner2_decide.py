@@ -5,6 +5,7 @@ for span and boundary checkpoints."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,11 @@ import pytest
 from sie.errors import InputTooLong
 from sie.frontend.gliner2 import Gliner2Prompts, model_text, split_words
 from sie.frontend.gliner2_decide import MAX_CHARS_PER_TOKEN, MAX_WORD_CHARS, DecideRows
-from sie.frontend.gliner2_decisions import Decisions, parse_decisions
+from sie.frontend.gliner2_decisions import Decisions
 from sie.gpu_proc.adapters import load_adapter
 from sie.gpu_proc.adapters.gliner2_decide import Gliner2DecideAdapter
 from sie.model_config import parse_model_config
+from tests.frontend.test_gliner2_decisions import parse
 from tests.gpu_proc.test_gliner2_adapter import forward_rows
 from tests.tiny_models.gliner2 import (
     make_gliner2_decide,
@@ -88,32 +90,33 @@ def rows(folder: Path) -> DecideRows:
     return DecideRows(Gliner2Prompts.from_dir(folder, None), WINDOW, MAX_PROMPT_TOKENS)
 
 
-def decisions_of(params: dict[str, Any]) -> Decisions:
-    return parse_decisions(
-        params.get("labels"),
-        params.get("output_schema"),
-        params.get("instruction"),
-        params.get("options", {}),
-    )
+# A task as gliner2's classification schema takes it: name, label -> description, prompt, multi-label.
+PackageTask = tuple[str, dict[str, str | None], str | None, bool]
 
 
-def package_schema(decisions: Decisions) -> Any:
-    """The same tasks as gliner2's own classification schema (labels with their descriptions)."""
+def package_schema(tasks: Sequence[PackageTask]) -> Any:
+    """gliner2's own compiled classification schema of these tasks."""
     from gliner2.classification import ClassificationSchema
     from gliner2.classification.compiler import compile_schema
 
     schema = ClassificationSchema()
-    for task in decisions.tasks:
-        labels = dict(zip(task.labels, task.descriptions, strict=True))
-        if task.multi_label:
-            schema.multi(task.name, labels, instruction=task.prompt)
-        else:
-            schema.single(task.name, labels, instruction=task.prompt)
+    for name, labels, prompt, multi_label in tasks:
+        (schema.multi if multi_label else schema.single)(name, labels, instruction=prompt)
     return compile_schema(schema)
 
 
+def package_tasks(decisions: Decisions) -> list[PackageTask]:
+    """The same tasks as the request's: labels with their descriptions."""
+    return [
+        (task.name, dict(zip(task.labels, task.descriptions, strict=True)), task.prompt, task.multi_label)
+        for task in decisions.tasks
+    ]
+
+
 def package_logits(reference: Any, decisions: Decisions, texts: list[str], max_len: int | None = None) -> Any:
-    scores = reference.batch_score(texts, package_schema(decisions), batch_size=len(texts), max_len=max_len)
+    scores = reference.batch_score(
+        texts, package_schema(package_tasks(decisions)), batch_size=len(texts), max_len=max_len
+    )
     return [np.array([s.tasks[t.name][label] for t in decisions.tasks for label in t.labels]) for s in scores]
 
 
@@ -138,7 +141,7 @@ def served_logits(
 def test_every_requests_labels_score_as_gliner2_scores_them_in_one_batch(
     adapter: Gliner2DecideAdapter, rows: DecideRows, reference: Any
 ) -> None:
-    requests = [(decisions_of(params), TEXTS) for params in REQUESTS.values()]
+    requests = [(parse(params), TEXTS) for params in REQUESTS.values()]
     for (decisions, texts), ours in zip(requests, served_logits(adapter, rows, requests), strict=True):
         theirs = package_logits(reference, decisions, texts)
         for o, t in zip(ours, theirs, strict=True):
@@ -152,8 +155,8 @@ def test_descriptions_and_prompts_change_the_scores(adapter: Gliner2DecideAdapte
         adapter,
         rows,
         [
-            (decisions_of({"output_schema": QUESTIONS}), TEXTS[:1]),
-            (decisions_of({"output_schema": plain}), TEXTS[:1]),
+            (parse({"output_schema": QUESTIONS}), TEXTS[:1]),
+            (parse({"output_schema": plain}), TEXTS[:1]),
         ],
     )
     assert not np.allclose(described[0][:3], bare[0])
@@ -163,7 +166,7 @@ def fitting_words(reference: Any, decisions: Decisions, text: str) -> int:
     """Independently of our rows: the most words of `text` gliner2's own collated row holds within
     the window (its max_len counts words)."""
     processor = reference.processor
-    schema = package_schema(decisions).build()
+    schema = package_schema(package_tasks(decisions)).build()
     n_words = len(split_words(model_text(text))[0])
     fits = 0
     for k in range(1, n_words + 1):
@@ -178,7 +181,7 @@ def fitting_words(reference: Any, decisions: Decisions, text: str) -> int:
 def test_a_long_text_is_read_as_the_whole_words_that_fit(
     adapter: Gliner2DecideAdapter, rows: DecideRows, reference: Any
 ) -> None:
-    decisions = decisions_of(REQUESTS["groups"])
+    decisions = parse(REQUESTS["groups"])
     text = " ".join(f"Ticket{i} says the login page fails again" for i in range(600))
     assert len(text) > WINDOW * MAX_CHARS_PER_TOKEN + MAX_WORD_CHARS  # cut before it is split
     k = fitting_words(reference, decisions, text)
@@ -195,7 +198,7 @@ def test_a_long_text_is_read_as_the_whole_words_that_fit(
 def test_turns_are_read_from_their_end(
     adapter: Gliner2DecideAdapter, rows: DecideRows, reference: Any
 ) -> None:
-    decisions = decisions_of({"output_schema": QUESTIONS})
+    decisions = parse({"output_schema": QUESTIONS})
     turns = [{"role": "user", "content": f"message {i}: the invoice total looks wrong"} for i in range(600)]
     text = json.dumps(turns, ensure_ascii=False)
     assert len(text) > WINDOW * MAX_CHARS_PER_TOKEN + MAX_WORD_CHARS  # cut before it is split
@@ -220,11 +223,11 @@ def test_turns_are_read_from_their_end(
 def test_a_prompt_past_its_bound_is_too_long(rows: DecideRows) -> None:
     many = {f"question {i}": {"type": "noul", "instructions": "Does it hold?"} for i in range(20)}
     with pytest.raises(InputTooLong, match=f"at most {MAX_PROMPT_TOKENS}"):
-        rows.prefix(decisions_of({"output_schema": many}))
+        rows.prefix(parse({"output_schema": many}))
 
 
 def test_only_label_markers_are_marked(rows: DecideRows) -> None:
-    decisions = decisions_of({"output_schema": QUESTIONS})
+    decisions = parse({"output_schema": QUESTIONS})
     prefix = rows.prefix(decisions)
     marked = prefix.ids[prefix.aux < 0]
     (label_id,) = rows.prompts.pieces("[L]")

@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.gpu_proc.test_gliner2_decide import PackageTask, package_schema
 from tests.integration.families import GLINER2_DECIDE, GLINER2_DECIDE_BOUNDARY
 from tests.integration.server import Server
 from tests.integration.test_sdk import SDK_PYTHON, ok, run_sdk
@@ -56,18 +57,9 @@ def scorers(families: Families) -> dict[str, Any]:
     }
 
 
-def package_logits(
-    scorer: Any, tasks: list[tuple[str, dict[str, str | None], str | None, bool]], texts: list[str]
-) -> Any:
-    """gliner2's logits per text: {task: {label: logit}}. `tasks`: (name, label -> description,
-    prompt, multi-label)."""
-    from gliner2.classification import ClassificationSchema
-    from gliner2.classification.compiler import compile_schema
-
-    schema = ClassificationSchema()
-    for name, labels, prompt, multi in tasks:
-        (schema.multi if multi else schema.single)(name, labels, instruction=prompt)
-    return [dict(s.tasks) for s in scorer.batch_score(texts, compile_schema(schema), batch_size=len(texts))]
+def package_logits(scorer: Any, tasks: list[PackageTask], texts: list[str]) -> Any:
+    """gliner2's logits per text: {task: {label: logit}}."""
+    return [dict(s.tasks) for s in scorer.batch_score(texts, package_schema(tasks), batch_size=len(texts))]
 
 
 def softmax(logits: list[float]) -> list[float]:
