@@ -20,6 +20,7 @@ from sie.model_config import (
     ModelConfigError,
     load_model_file,
     load_model_text,
+    parse_yaml,
     profile_suffixes,
     profile_variants,
 )
@@ -151,7 +152,7 @@ def _collect(
 def _declared_id(source: str, text: str | None) -> str:
     """The sie_id a file declares, read leniently (for naming a file that failed to load)."""
     try:
-        raw = yaml.safe_load(text if text is not None else Path(source).read_text())
+        raw = parse_yaml(text if text is not None else Path(source).read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         raw = None
     declared = raw.get("sie_id") if isinstance(raw, Mapping) else None

@@ -313,6 +313,16 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[st
     return merged
 
 
+# libyaml's parser where PyYAML was built with it: the same values as yaml.safe_load, read about 8x
+# faster, which is most of the time a start or a catalog re-read spends on two hundred files.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str) -> Any:
+    """One YAML document, read as yaml.safe_load reads it (yaml.YAMLError when it is not YAML)."""
+    return yaml.load(text, Loader=_SAFE_LOADER)
+
+
 def load_model_file(path: Path) -> ModelConfig:
     """One YAML file, in our format or SIE's (told apart by SIE's `adapter_path`)."""
     try:
@@ -325,7 +335,7 @@ def load_model_file(path: Path) -> ModelConfig:
 def load_model_text(text: str, source: str, folder: Path | None = None) -> ModelConfig:
     """One model's YAML text; `folder` anchors relative LoRA paths (None: the working directory)."""
     try:
-        raw = yaml.safe_load(text)
+        raw = parse_yaml(text)
     except yaml.YAMLError as exc:
         raise ModelConfigError(f"{source}: not readable as YAML: {exc}") from None
     if not isinstance(raw, Mapping):

@@ -5,8 +5,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sie.catalog import DEFAULT_SPARSE_MODEL, Catalog, load_catalog, preload_names, read_models_dir
-from sie.model_config import ModelConfigError, parse_model_config
+from sie.catalog import (
+    BUILTIN_MODELS_DIR,
+    DEFAULT_SPARSE_MODEL,
+    Catalog,
+    load_catalog,
+    preload_names,
+    read_models_dir,
+)
+from sie.model_config import ModelConfigError, parse_model_config, parse_yaml
 from sie.model_location import resolve_tokenizer_file, resolve_weights_dir, weights_present
 from sie.settings import DEFAULT_MODEL
 
@@ -17,6 +24,44 @@ def test_builtin_catalog_serves_minilm_from_its_package() -> None:
     assert config.dense_dim() == 384 and config.max_sequence_length == 256
     assert config.profile().adapter_options.runtime.pooling == "mean"
     assert (resolve_weights_dir(config) / "tokenizer.json").is_file()
+
+
+# YAML 1.1's corners that a parser could read differently: implicit booleans and nulls, octal and
+# sexagesimal numbers, floats without a dot, timestamps, anchors and merge keys, block scalars.
+TRICKY_YAML = """
+a: yes
+b: Off
+c: ~
+d: 0o17
+e: 017
+f: 1:30
+g: 1e3
+h: .inf
+i: 2026-11-27
+j: &base {x: 1, y: [1, 2]}
+k: {<<: *base, y: 3}
+l: |
+  two
+  lines
+m: >-
+  folded
+  text
+n: "\\u00e9\\t"
+o: !!str 12
+"""
+SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
+
+
+def test_yaml_reads_as_yaml_safe_load_reads_it() -> None:
+    files = sorted(BUILTIN_MODELS_DIR.glob("*.yaml")) + sorted(SIE_CATALOG.glob("*.yaml"))
+    assert len(files) > 100
+    for text in [TRICKY_YAML, *(f.read_text() for f in files)]:
+        assert parse_yaml(text) == yaml.safe_load(text)
+    for bad in ["a: [1, 2", "a: b: c", "- x\ny: 1", "!!python/object:os.system x"]:
+        with pytest.raises(yaml.YAMLError):
+            yaml.safe_load(bad)
+        with pytest.raises(yaml.YAMLError):
+            parse_yaml(bad)
 
 
 def test_profiles_extend_each_other() -> None:
