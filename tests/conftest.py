@@ -41,7 +41,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # the MiniLM server's files join the families' (test_sdk takes both). Every other file is a unit of
 # its own, as `--dist loadfile` has it. (xdist's own `loadgroup` does not group under pytest 9,
 # whose node ids are no longer the attribute xdist rewrites.)
-SHARED_SERVERS = {"families": "families", "minilm_server": "families", "media": "media"}
+SHARED_SERVERS = {
+    "families": "families",
+    "minilm_server": "families",
+    "media": "media",
+    "watched_server": "watched",
+}
 _PARAMETERS = re.compile(r"^\s*def \w+\(([^)]*)\)", re.MULTILINE)
 
 

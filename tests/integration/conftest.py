@@ -2,10 +2,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.integration.server import Server, shm_names
+
+if TYPE_CHECKING:
+    from tests.integration.watched_server import WatchedServer
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +45,24 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, di
     models_dir, folders = build_media_models(tmp_path_factory.mktemp("media"))
     server = Server(*media_server_args(models_dir, folders), frontends=1).wait_ready(180)
     yield server, folders
+    code = server.stop()
+    assert code == 0, server.log()
+    assert shm_names(server.instance) == []
+
+
+@pytest.fixture(scope="session")
+def watched_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WatchedServer]:
+    """One server for the files that add their models to it (tests/integration/watched_server.py),
+    where a server each would cost a start each."""
+    from tests.integration.watched_server import MAX_IMAGE_PIXELS, WatchedServer
+
+    root = tmp_path_factory.mktemp("watched")
+    models, local_cache = root / "models", root / "hf-home"
+    models.mkdir()
+    (local_cache / "hub").mkdir(parents=True)  # HF_HOME's layout, which the server reads at its start
+    args = ["--models-dir", str(models), "--local-cache", str(local_cache)]
+    server = Server(*args, "--max-image-pixels", str(MAX_IMAGE_PIXELS), frontends=1).wait_ready()
+    yield WatchedServer(server, models, local_cache)
     code = server.stop()
     assert code == 0, server.log()
     assert shm_names(server.instance) == []

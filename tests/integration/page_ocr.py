@@ -19,11 +19,11 @@ from typing import Any
 
 import httpx
 import numpy as np
-import yaml
 from PIL import Image
 
 from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, post
 
 
@@ -60,7 +60,7 @@ def image(data: bytes, as_json: bool) -> dict[str, Any]:
 
 @contextmanager
 def running_lab(
-    root: Path,
+    served: WatchedServer,
     sie_yaml: dict[str, Any],
     make: Callable[[Path, int], Path],
     reference: Callable[[Path], Any],
@@ -69,21 +69,17 @@ def running_lab(
     label: str = "markdown",
     max_new_tokens: int = 12,
 ) -> Iterator[Lab]:
-    """A server with SIE's YAML for `sie_yaml`'s model, its tiny model built by `make` into the
-    cache, and random pages of `sizes` (width, height)."""
+    """The shared server with SIE's YAML for `sie_yaml`'s model added, its tiny model built by
+    `make` into the server's cache, and random pages of `sizes` (width, height)."""
     model, revision = sie_yaml["sie_id"], sie_yaml["hf_revision"]
-    models = root / "models"
-    models.mkdir()
-    (models / f"{model.replace('/', '__')}.yaml").write_text(yaml.safe_dump(sie_yaml))
-    snapshot = make(snapshot_dir(root / "hf-home" / "hub", model, revision), 1)
+    snapshot = make(snapshot_dir(served.hub, model, revision), 1)
+    served.add(sie_yaml)
     rng = np.random.default_rng(4)
     images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in sizes]
-    server = Server(
-        "--models-dir", str(models), "--local-cache", str(root / "hf-home"), "--preload", model, frontends=1
-    ).wait_ready()
-    pages = [png(picture) for picture in images]
-    yield Lab(server, model, reference(Path(snapshot)), pages, images, label, max_new_tokens)
-    assert server.stop() == 0, server.log()
+    page_files = [png(picture) for picture in images]
+    lab = Lab(served.server, model, reference(Path(snapshot)), page_files, images, label, max_new_tokens)
+    served.wait_serving(f"/v1/extract/{model}", {"items": [{"images": [image(page_files[0], True)]}]})
+    yield lab
 
 
 def transcripts(response: httpx.Response, label: str = "markdown") -> list[str]:

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import yaml
 
 from sie.frontend.muvera import MuveraParams, fde
 from tests import media_samples as samples
-from tests.integration.server import Server, shm_names
+from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, encode, post
 from tests.tiny_models import colqwen2, colqwen3, colsmol
 
@@ -40,34 +40,21 @@ IMAGES = [
     samples.jpeg(640, 480, seed=5),
 ]
 QUERY = "What is the revenue in 2023?"
-MAX_PIXELS = 1_000_000
 ATOL = 1e-4
 
 Served = tuple[Server, dict[str, Path]]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory, watched_server: WatchedServer) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("colvision")
-    models_dir = root / "models"
-    models_dir.mkdir()
     folders = {}
     for sie_id, (make, describe) in MODELS.items():
-        slug = sie_id.replace("/", "__")
-        folders[sie_id] = make(root / "weights" / slug)
-        (models_dir / f"{slug}.yaml").write_text(yaml.safe_dump(describe(sie_id, folders[sie_id])))
-    args = [
-        "--models-dir",
-        str(models_dir),
-        "--preload",
-        ",".join(MODELS),
-        "--max-image-pixels",
-        str(MAX_PIXELS),
-    ]
-    server = Server(*args, frontends=1).wait_ready(180)
-    yield server, folders
-    assert server.stop() == 0, server.log()
-    assert shm_names(server.instance) == []
+        folders[sie_id] = make(root / "weights" / sie_id.replace("/", "__"))
+        watched_server.add(describe(sie_id, folders[sie_id]))
+        body = {"items": [{"text": QUERY}], "params": {"output_types": ["multivector"]}}
+        watched_server.wait_serving(f"/v1/encode/{sie_id}", body)
+    yield watched_server.server, folders
 
 
 def page(*images: bytes, as_json: bool, **extra: Any) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, post
 from tests.tiny_models.context_pruner import HEAD_FILE, HIDDEN, INTERMEDIATE, Reference, save_head
 from tests.tiny_models.cross_encoder import make_cross_encoder
@@ -88,21 +88,17 @@ def cached(hub: Path, hf_id: str, revision: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("pruner")
-    models = root / "models"
-    models.mkdir()
-    (models / "sugiv__stablebridge-pruner-highlighter.yaml").write_text(yaml.safe_dump(SIE_YAML))
-    hub = root / "hf-home" / "hub"
+def lab(watched_server: WatchedServer) -> Iterator[Lab]:
+    hub = watched_server.hub
     reranker = cached(hub, SIE_YAML["hf_id"], SIE_YAML["hf_revision"])
     shutil.rmtree(reranker)
     make_cross_encoder(reranker, seed=6, arch="xlmr")
     save_head(cached(hub, PRUNER, "1" * 40) / HEAD_FILE)
-    server = Server(
-        "--models-dir", str(models), "--local-cache", str(hub.parent), "--preload", PRUNER, frontends=1
-    ).wait_ready()
-    yield Lab(server, Reference(reranker))
-    assert server.stop() == 0, server.log()
+    watched_server.add(SIE_YAML)
+    watched_server.wait_serving(
+        f"/v1/score/{PRUNER}", {"query": {"text": QUERY}, "items": [{"text": DOCS[0]}]}
+    )
+    yield Lab(watched_server.server, Reference(reranker))
 
 
 def extract(lab: Lab, params: dict[str, Any], *, as_json: bool = True, docs: list[str] = DOCS) -> Any:

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
 from PIL import Image
 
 from sie.frontend.donut import prompt_of
 from sie.frontend.donut_json import entities_of
 from tests import media_samples as samples
-from tests.integration.server import Server, shm_names
+from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, post
 from tests.tiny_models.donut import make_donut, model_yaml_donut, reference
 
@@ -37,19 +37,12 @@ Served = tuple[Server, Path]
 
 
 @pytest.fixture(scope="module")
-def donut(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    root = tmp_path_factory.mktemp("donut")
-    folder = make_donut(root / "weights")
-    models = root / "models"
-    models.mkdir()
+def donut(tmp_path_factory: pytest.TempPathFactory, watched_server: WatchedServer) -> Iterator[Served]:
+    folder = make_donut(tmp_path_factory.mktemp("donut") / "weights")
     for sie_id, task in [(CORD, "<s_cord-v2>"), (DOCVQA, "<s_docvqa>")]:
-        text = yaml.safe_dump(model_yaml_donut(sie_id, folder, task))
-        (models / f"{sie_id.replace('/', '__')}.yaml").write_text(text)
-    server = Server("--models-dir", str(models), "--preload", f"{CORD},{DOCVQA}", frontends=1).wait_ready(180)
-    yield server, folder
-    code = server.stop()
-    assert code == 0, server.log()
-    assert shm_names(server.instance) == []
+        watched_server.add(model_yaml_donut(sie_id, folder, task))
+        watched_server.wait_serving(f"/v1/extract/{sie_id}", {"items": [image_item(IMAGES[0], as_json=True)]})
+    yield watched_server.server, folder
 
 
 def reference_entities(

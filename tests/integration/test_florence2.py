@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests import media_samples as samples
 from tests.boxes import bbox_matches
-from tests.integration.server import Server, shm_names
+from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, post
 from tests.tiny_models.florence2 import (
     make_florence2,
@@ -53,20 +53,14 @@ Florence = tuple[Server, dict[str, Path]]
 
 
 @pytest.fixture(scope="module")
-def florence(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Florence]:
+def florence(tmp_path_factory: pytest.TempPathFactory, watched_server: WatchedServer) -> Iterator[Florence]:
     root = tmp_path_factory.mktemp("florence2_server")
     native = make_florence2(root / "weights" / "native")
     folders = {NATIVE: native, ORIGINAL: make_florence2_original(root / "weights" / "original", native)}
-    models = root / "models"
-    models.mkdir()
     for sie_id, folder in folders.items():
-        slug = sie_id.replace("/", "__")
-        (models / f"{slug}.yaml").write_text(yaml.safe_dump(model_yaml_florence2(sie_id, folder)))
-    server = Server("--models-dir", str(models), "--preload", ",".join(folders), frontends=1).wait_ready(180)
-    yield server, folders
-    code = server.stop()
-    assert code == 0, server.log()
-    assert shm_names(server.instance) == []
+        watched_server.add(model_yaml_florence2(sie_id, folder))
+        watched_server.wait_serving(f"/v1/extract/{sie_id}", {"items": [image_item(IMAGES[0], as_json=True)]})
+    yield watched_server.server, folders
 
 
 def extract(url: str, model: str, items: list[dict[str, Any]], as_json: bool = False, **params: Any) -> Any:

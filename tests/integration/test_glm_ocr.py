@@ -23,6 +23,7 @@ from tests.integration.page_ocr import (
     running_lab,
     transcripts,
 )
+from tests.integration.watched_server import WatchedServer
 from tests.tiny_models.glm_ocr import Reference, make_glm_ocr
 
 pytestmark = pytest.mark.slow
@@ -75,8 +76,8 @@ SIZES = [(100, 70), (300, 160), (10, 90), (40, 200), (28, 28), (126, 98)]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("glm"), SIE_YAML, make_glm_ocr, Reference, SIZES) as lab:
+def lab(watched_server: WatchedServer) -> Iterator[Lab]:
+    with running_lab(watched_server, SIE_YAML, make_glm_ocr, Reference, SIZES) as lab:
         yield lab
 
 

@@ -6,7 +6,6 @@ documents run the masked LM on the device. Both against sentence-transformers' p
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 
 from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import REPO, Server, wait_until
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, encode
 from tests.tiny_models.inference_free_splade import make_inference_free_splade, reference_encoder
 
@@ -41,20 +41,16 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(watched_server: WatchedServer) -> Iterator[Lab]:
     if not (SIE_MODELS / FILE).is_file():
         pytest.skip("no SIE catalog data")
-    root = tmp_path_factory.mktemp("inference-free")
-    models = root / "models"
-    models.mkdir()
-    shutil.copy(SIE_MODELS / FILE, models / FILE)
-    sie = yaml.safe_load((models / FILE).read_text())
-    snapshot = snapshot_dir(root / "hf-home" / "hub", sie["hf_id"], sie["hf_revision"])
+    sie = yaml.safe_load((SIE_MODELS / FILE).read_text())
+    snapshot = snapshot_dir(watched_server.hub, sie["hf_id"], sie["hf_revision"])
     # DistilBERT, as the real checkpoint is; its SpladePooling says log1p_relu, as doc-v3 models do.
     weights = make_inference_free_splade(snapshot, is_distilbert=True)
-    server = Server("--models-dir", str(models), "--local-cache", str(root / "hf-home"), frontends=1)
-    yield Lab(server.wait_ready(), weights)
-    assert server.stop() == 0, server.log()
+    watched_server.add(sie)
+    watched_server.wait_listed(MODEL)  # and not loaded: queries must need no model
+    yield Lab(watched_server.server, weights)
 
 
 def sparse_of(texts: list[str], *, is_query: bool, as_json: bool, url: str) -> httpx.Response:

@@ -25,6 +25,7 @@ from tests.integration.page_ocr import (
     running_lab,
     transcripts,
 )
+from tests.integration.watched_server import WatchedServer
 from tests.tiny_models.lighton_ocr import Reference, make_lighton_ocr
 
 pytestmark = pytest.mark.slow
@@ -71,10 +72,9 @@ SIZES = [(100, 70), (300, 160), (40, 200), (28, 28), (126, 98)]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("lighton")
+def lab(watched_server: WatchedServer) -> Iterator[Lab]:
     with running_lab(
-        root, SIE_YAML, make_lighton_ocr, lambda folder: Reference(folder, SYSTEM), SIZES
+        watched_server, SIE_YAML, make_lighton_ocr, lambda folder: Reference(folder, SYSTEM), SIZES
     ) as lab:
         yield lab
 

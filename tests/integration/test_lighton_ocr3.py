@@ -24,6 +24,7 @@ from tests.integration.page_ocr import (
     running_lab,
     transcripts,
 )
+from tests.integration.watched_server import WatchedServer
 from tests.tiny_models.lighton_ocr3 import Reference, make_lighton_ocr3
 
 pytestmark = pytest.mark.slow
@@ -79,8 +80,8 @@ SIZES = [(100, 70), (300, 160), (20, 90), (40, 200), (32, 32), (126, 98)]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with running_lab(tmp_path_factory.mktemp("lo3"), SIE_YAML, make_lighton_ocr3, Reference, SIZES) as lab:
+def lab(watched_server: WatchedServer) -> Iterator[Lab]:
+    with running_lab(watched_server, SIE_YAML, make_lighton_ocr3, Reference, SIZES) as lab:
         yield lab
 
 

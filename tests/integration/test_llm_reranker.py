@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 import transformers
-import yaml
 
 from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, post
 from tests.tiny_models.llm_reranker import (
     MAX_SEQUENCE_LENGTH,
@@ -47,10 +47,8 @@ Lab = tuple[Server, dict[str, Path]]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory, watched_server: WatchedServer) -> Iterator[Lab]:
     root = tmp_path_factory.mktemp("llm")
-    models = root / "models"
-    models.mkdir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         folders = {
@@ -61,12 +59,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     qwen3["profiles"]["default"]["adapter_options"]["runtime"]["default_instruction"] = PROFILE_INSTRUCTION
     native = model_yaml_llm_reranker(NATIVE, folders[NATIVE], input_format="native")
     for sie_id, raw in ((QWEN3, qwen3), (NATIVE, native)):
-        (models / f"{sie_id.replace('/', '__')}.yaml").write_text(yaml.safe_dump(raw))
-    server = Server("--models-dir", str(models), "--preload", f"{QWEN3},{NATIVE}", frontends=1)
-    server.wait_ready(180)
-    yield server, folders
-    code = server.stop()
-    assert code == 0, server.log()
+        watched_server.add(raw)
+        body = {"query": {"text": QUERY}, "items": [{"text": "cats"}]}
+        watched_server.wait_serving(f"/v1/score/{sie_id}", body)
+    yield watched_server.server, folders
 
 
 def reference(folder: Path, instruction: str | None = None) -> np.ndarray:

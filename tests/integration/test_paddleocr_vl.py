@@ -24,6 +24,7 @@ from tests.integration.page_ocr import (
     running_lab,
     transcripts,
 )
+from tests.integration.watched_server import WatchedServer
 from tests.tiny_models.paddleocr_vl import Reference, make_paddleocr_vl
 
 pytestmark = pytest.mark.slow
@@ -91,9 +92,8 @@ SIZES = [(100, 70), (300, 160), (10, 90), (40, 200), (28, 28), (126, 98)]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("paddle")
-    with running_lab(root, SIE_YAML, make_paddleocr_vl, Reference, SIZES) as lab:
+def lab(watched_server: WatchedServer) -> Iterator[Lab]:
+    with running_lab(watched_server, SIE_YAML, make_paddleocr_vl, Reference, SIZES) as lab:
         yield lab
 
 

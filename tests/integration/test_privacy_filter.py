@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from tests.integration.hf_cache import snapshot_dir
 from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, post
 from tests.tiny_models.privacy_filter import (
     _CORPUS,
@@ -58,28 +58,16 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("privacy")
-    models = root / "models"
-    models.mkdir()
-    (models / "openai__privacy-filter.yaml").write_text(yaml.safe_dump(SIE_YAML))
-    snapshot = snapshot_dir(root / "hf-home" / "hub", MODEL, SIE_YAML["hf_revision"])
+def lab(tmp_path_factory: pytest.TempPathFactory, watched_server: WatchedServer) -> Iterator[Lab]:
+    snapshot = snapshot_dir(watched_server.hub, MODEL, SIE_YAML["hf_revision"])
     make_privacy_filter(snapshot, seed=5)
-    ours = shutil.copytree(snapshot, root / "ours")
+    ours = shutil.copytree(snapshot, tmp_path_factory.mktemp("privacy") / "ours")
     windowed = model_yaml_privacy_filter(WINDOWED, ours, window_tokens=40)
     windowed["max_sequence_length"] = 600
-    (models / "windowed.yaml").write_text(yaml.safe_dump(windowed))
-    server = Server(
-        "--models-dir",
-        str(models),
-        "--local-cache",
-        str(root / "hf-home"),
-        "--preload",
-        f"{MODEL},{WINDOWED}",
-        frontends=1,
-    ).wait_ready()
-    yield Lab(server, Reference(snapshot))
-    assert server.stop() == 0, server.log()
+    for raw in (SIE_YAML, windowed):
+        watched_server.add(raw)
+        watched_server.wait_serving(f"/v1/extract/{raw['sie_id']}", {"items": [{"text": "Call Ada"}]})
+    yield Lab(watched_server.server, Reference(snapshot))
 
 
 def extract(

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-import yaml
 
 from tests import media_samples as samples
 from tests.integration.server import Server
+from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, dense_matrix, encode, post
 from tests.tiny_models.qwen3_vl import (
     make_qwen3_vl,
@@ -31,7 +31,6 @@ pytestmark = pytest.mark.slow
 
 EMBEDDER = "tiny/qwen3-vl-embedding"
 RERANKER = "tiny/qwen3-vl-reranker"
-MAX_PIXELS = 1_000_000
 IMAGES = [samples.jpeg(640, 480), samples.png_rgba(50, 90), samples.webp(64, 64)]
 ATOL = 1e-4
 
@@ -39,34 +38,20 @@ Lab = tuple[Server, dict[str, Path]]
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory, watched_server: WatchedServer) -> Iterator[Lab]:
     root = tmp_path_factory.mktemp("qwen3-vl")
-    models = root / "models"
-    models.mkdir()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         folders = {
             EMBEDDER: make_qwen3_vl(root / "embedder", seed=0),
             RERANKER: make_qwen3_vl(root / "reranker", seed=1, tied=False),
         }
-    describe = {EMBEDDER: model_yaml_qwen3_vl_embedding, RERANKER: model_yaml_qwen3_vl_reranker}
-    for sie_id, folder in folders.items():
-        (models / f"{sie_id.replace('/', '__')}.yaml").write_text(
-            yaml.safe_dump(describe[sie_id](sie_id, folder))
-        )
-    server = Server(
-        "--models-dir",
-        str(models),
-        "--preload",
-        f"{EMBEDDER},{RERANKER}",
-        "--max-image-pixels",
-        str(MAX_PIXELS),
-        frontends=1,
-    )
-    server.wait_ready(180)
-    yield server, folders
-    code = server.stop()
-    assert code == 0, server.log()
+    watched_server.add(model_yaml_qwen3_vl_embedding(EMBEDDER, folders[EMBEDDER]))
+    watched_server.wait_serving(f"/v1/encode/{EMBEDDER}", {"items": [{"text": "cats"}]})
+    watched_server.add(model_yaml_qwen3_vl_reranker(RERANKER, folders[RERANKER]))
+    body = {"query": {"text": "cats"}, "items": [{"text": "cats sleep"}]}
+    watched_server.wait_serving(f"/v1/score/{RERANKER}", body)
+    yield watched_server.server, folders
 
 
 def item(text: str | None, *images: bytes, as_json: bool = True) -> dict[str, Any]:
@@ -157,7 +142,7 @@ def test_cohere_rerank_scores_texts_as_score_does(lab: Lab) -> None:
 
 def test_bad_items_are_400s_and_other_requests_are_served(lab: Lab) -> None:
     server, folders = lab
-    big = samples.jpeg(1001, 1000)
+    big = samples.jpeg(1001, 1000)  # over the shared server's --max-image-pixels
     bad = [
         (
             EMBEDDER,

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.integration.reference import MINILM, minilm_dir
-from tests.integration.server import REPO, Server, shm_names
+from tests.integration.server import REPO, Server
 
 SCRIPT = REPO / "scripts" / "eval_scifact.py"
 EVERY_QUERY = 4  # keep one test query in this many
@@ -54,7 +54,7 @@ pytestmark = [
 
 
 @pytest.mark.timeout(600)  # about 30 s alone, twice that beside another worker's tests
-def test_scifact_ranking_over_http_matches_sentence_transformers() -> None:
+def test_scifact_ranking_over_http_matches_sentence_transformers(minilm_server: Server) -> None:
     from sentence_transformers import SentenceTransformer
 
     documents, queries, qrels = eval_scifact.load_scifact(DATA)
@@ -65,18 +65,11 @@ def test_scifact_ranking_over_http_matches_sentence_transformers() -> None:
     doc_texts, query_texts = [documents[d] for d in doc_ids], [queries[q] for q in query_ids]
     assert len(query_ids) == 75 and len(relevant) <= len(doc_ids) < 150
 
-    server = Server(frontends=1).wait_ready()
-    try:
+    def served(texts: list[str], is_query: bool) -> np.ndarray:
+        run = eval_scifact.embed(minilm_server.url, MINILM, texts, is_query=is_query, batch=32, parallel=4)
+        return np.stack(asyncio.run(run))
 
-        def served(texts: list[str], is_query: bool) -> np.ndarray:
-            run = eval_scifact.embed(server.url, MINILM, texts, is_query=is_query, batch=32, parallel=4)
-            return np.stack(asyncio.run(run))
-
-        mine = served(query_texts, True) @ served(doc_texts, False).T
-    finally:
-        assert server.stop() == 0, server.log()
-    assert shm_names(server.instance) == []
-
+    mine = served(query_texts, True) @ served(doc_texts, False).T
     model = SentenceTransformer(str(minilm_dir()), device="cpu")
     encode = model.encode
     theirs = encode(query_texts, normalize_embeddings=True) @ encode(doc_texts, normalize_embeddings=True).T
