@@ -52,10 +52,13 @@ pip_install --no-deps "gliformer==0.1.3"
 # Laya's own package (the laya family's tests build their checkpoints and reference answers with
 # it). Without its dependencies: torch, transformers, safetensors and numpy are ours already.
 pip_install --no-deps "laya==0.4.15"
-# Bytecode for everything installed and for sie itself. A few files of other packages are not
-# Python 3.11 (torch's own tests of 3.12 syntax), which compileall reports and pip ignored too.
-.venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" sie \
-  >/dev/null 2>&1 || true
+# Bytecode for what is installed and for sie itself, on every core, while the steps below wait on
+# the network. Left out: packages' own test suites, and transformers' ~450 model folders (all but
+# auto/), of which a server imports the few its models use, compiled on first import. A few files
+# of other packages are not Python 3.11 (torch's own tests of 3.12 syntax); pip ignored them too.
+.venv/bin/python -m compileall -q -j 0 -x '/tests/|/transformers/models/(?!auto/|__init__)' \
+  "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" sie >/dev/null 2>&1 &
+compiling=$!
 
 if [ "${1:-}" = "--test" ]; then
   py312=""
@@ -85,3 +88,4 @@ if [ "${1:-}" = "--test" ]; then
     fi
   fi
 fi
+wait "$compiling" || true
