@@ -133,9 +133,14 @@ def hf_hub_cache() -> Path:
     return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser()
 
 
+def repo_folder(hf_id: str) -> str:
+    """huggingface_hub's folder name for a model repository."""
+    return "models--" + hf_id.replace("/", "--")
+
+
 def local_snapshot(hf_id: str, revision: str | None, cache: Path) -> Path | None:
     """The snapshot folder huggingface_hub's own lookup finds in `cache` (never downloads), or None."""
-    if not (cache / f"models--{hf_id.replace('/', '--')}").is_dir():
+    if not (cache / repo_folder(hf_id)).is_dir():
         return None  # nothing of the repository is cached; spares importing the hub client (0.2 s)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError

@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sie.gpu_proc.hf_cache import discard, incoming_dir, repo_folder
+from sie.gpu_proc.hf_cache import discard, incoming_dir
 from sie.model_config import ModelConfigError
+from sie.model_location import repo_folder
 from sie.object_store import join, open_url
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
-"""The local Hugging Face cache as this server manages it: where a model's folder is, the lock that
-serialises copying and deleting it across processes, and what each cached model weighs.
+"""The local Hugging Face cache as this server manages it: the lock that serialises copying and
+deleting a model's folder across processes, and what each cached model weighs.
 
 Our own files sit under `<cache>/.sie/`, beside huggingface_hub's `.locks/`: `locks/` (one lock file
 per model, never deleted: deleting a lock file races with its next user), `incoming/` (copies under
@@ -18,11 +18,6 @@ import uuid
 from pathlib import Path
 
 OURS = ".sie"
-
-
-def repo_folder(hf_id: str) -> str:
-    """huggingface_hub's folder name for a model repository."""
-    return "models--" + hf_id.replace("/", "--")
 
 
 def incoming_dir(cache: Path, repo: str, commit: str) -> Path:

@@ -20,13 +20,14 @@ from sie.catalog import Catalog
 from sie.companions import companion_repositories
 from sie.gpu_proc.cluster_cache import ClusterCache
 from sie.gpu_proc.disk_cache import DiskCache
-from sie.gpu_proc.hf_cache import RepoLock, repo_folder, touch
+from sie.gpu_proc.hf_cache import RepoLock, touch
 from sie.gpu_proc.tokenizer_conversion import convert_tokenizers
 from sie.model_config import ModelConfig, ModelConfigError
 from sie.model_location import (
     hf_hub_cache,
     hf_snapshot,
     local_snapshot,
+    repo_folder,
     resolve_weights_dir,
     tokenizer_repositories,
 )

@@ -15,10 +15,10 @@ import pytest
 
 from sie.gpu_proc.cluster_cache import ClusterCache
 from sie.gpu_proc.disk_cache import DiskCache
-from sie.gpu_proc.hf_cache import RepoLock, incoming_dir, repo_folder, touch
+from sie.gpu_proc.hf_cache import RepoLock, incoming_dir, touch
 from sie.gpu_proc.weights import WeightsSource
 from sie.model_config import ModelConfigError, parse_model_config
-from sie.model_location import local_snapshot
+from sie.model_location import local_snapshot, repo_folder
 from tests.object_stores import GcsEmulator, MotoS3, upload_snapshot
 
 
