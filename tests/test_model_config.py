@@ -16,6 +16,7 @@ from sie.catalog import (
 from sie.model_config import ModelConfigError, parse_model_config, parse_yaml
 from sie.model_location import resolve_tokenizer_file, resolve_weights_dir, weights_present
 from sie.settings import DEFAULT_MODEL
+from tests.shared_catalog_files import SIE_CATALOG
 
 
 def test_builtin_catalog_serves_minilm_from_its_package() -> None:
@@ -49,7 +50,6 @@ m: >-
 n: "\\u00e9\\t"
 o: !!str 12
 """
-SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 
 
 def test_yaml_reads_as_yaml_safe_load_reads_it() -> None:

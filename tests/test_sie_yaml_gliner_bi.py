@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,8 +9,8 @@ import yaml
 
 from sie.model_config import ModelConfigError, parse_model_config
 from sie.sie_yaml import translate
+from tests.shared_catalog_files import SIE_CATALOG
 
-SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 IDS = [
     "knowledgator/gliner-bi-small-v2.0",
     "knowledgator/gliner-bi-base-v2.0",

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from sie.model_config import ModelConfig, ModelConfigError, parse_model_config
 from sie.sie_yaml import translate
+from tests.shared_catalog_files import SIE_CATALOG
 
-SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 SERVED = ("doc-v2-distill", "doc-v2-mini", "doc-v3-distill")
 PREFIX = "opensearch-project__opensearch-neural-sparse-encoding-"
 

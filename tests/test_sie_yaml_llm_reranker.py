@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sie.model_config import ModelConfig, load_model_file, parse_model_config
 from sie.sie_yaml import translate
+from tests.shared_catalog_files import SIE_CATALOG
 
-SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 FLASH = "sie_server.adapters.qwen2_flash_cross_encoder.adapter:Qwen2FlashCrossEncoderAdapter"
 NATIVE = "sie_server.adapters.native_causal_cross_encoder.adapter:NativeCausalCrossEncoderAdapter"
 

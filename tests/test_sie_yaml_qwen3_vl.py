@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sie.model_config import ModelConfig, ModelConfigError, load_model_file, parse_model_config
 from sie.sie_yaml import translate
+from tests.shared_catalog_files import SIE_CATALOG
 
-SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 EMBEDDING = "sie_server.adapters.qwen3_vl_embedding:Qwen3VLEmbeddingAdapter"
 RERANKER = "sie_server.adapters.qwen3_vl_reranker.adapter:Qwen3VLRerankerAdapter"
 

@@ -3,7 +3,6 @@ options honoured or refused."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +11,8 @@ import yaml
 from sie.gliner_union import UNION_OPTIONS, parse_members, union_options
 from sie.model_config import ModelConfigError, parse_model_config
 from sie.sie_yaml import translate
+from tests.shared_catalog_files import SIE_CATALOG
 
-SIE_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "sie-catalog" / "models"
 UNION = "sie_server.adapters.gliner_union.adapter:GLiNERUnionAdapter"
 NUNER = {"model": "numind/NuNER_Zero", "revision": "c90187673f464518dca09f41689184ed6976242c"}
 

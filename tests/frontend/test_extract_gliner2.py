@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +10,8 @@ from sie.catalog import load_catalog
 from sie.errors import InvalidInput
 from sie.frontend.tasks.extract import ExtractJob
 from sie.frontend.tasks.extract_gliner2 import plan
+from tests.shared_catalog_files import SIE_CATALOG
 
-SIE_CATALOG = Path(__file__).resolve().parents[3] / "shared" / "sie-catalog" / "models"
 SERVED = ["fastino/gliner2-base-v1", "fastino/gliner2-large-v1", "fastino/gliguard-LLMGuardrails-300M"]
 # SIE's entity adapter: GLiNER2.5 boundary checkpoints, and a span one (its PII filter).
 ENTITIES = [

@@ -18,14 +18,14 @@ import pytest
 import yaml
 
 from tests.integration.hf_cache import snapshot_dir
-from tests.integration.server import REPO, Server, wait_until
+from tests.integration.server import Server, wait_until
 from tests.integration.watched_server import WatchedServer
 from tests.integration.wire import decode, encode
+from tests.shared_catalog_files import SIE_CATALOG
 from tests.tiny_models.inference_free_splade import make_inference_free_splade, reference_encoder
 
 pytestmark = pytest.mark.slow
 
-SIE_MODELS = REPO.parent / "shared" / "sie-catalog" / "models"
 MODEL = "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill"
 FILE = "opensearch-project__opensearch-neural-sparse-encoding-doc-v3-distill.yaml"
 QUERIES = ["what causes high blood pressure", "hi", "blood blood pressure"]
@@ -43,13 +43,13 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(watched_server: WatchedServer) -> Iterator[Lab]:
-    if not (SIE_MODELS / FILE).is_file():
+    if not (SIE_CATALOG / FILE).is_file():
         pytest.skip("no SIE catalog data")
-    sie = yaml.safe_load((SIE_MODELS / FILE).read_text())
+    sie = yaml.safe_load((SIE_CATALOG / FILE).read_text())
     snapshot = snapshot_dir(watched_server.hub, sie["hf_id"], sie["hf_revision"])
     # DistilBERT, as the real checkpoint is; its SpladePooling says log1p_relu, as doc-v3 models do.
     weights = make_inference_free_splade(snapshot, is_distilbert=True)
-    shutil.copy(SIE_MODELS / FILE, watched_server.models / FILE)  # SIE's file as it is
+    shutil.copy(SIE_CATALOG / FILE, watched_server.models / FILE)  # SIE's file as it is
     watched_server.wait_listed(MODEL)  # and not loaded: queries must need no model
     yield Lab(watched_server.server, weights)
 

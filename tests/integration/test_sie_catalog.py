@@ -24,11 +24,11 @@ import yaml
 from tests.integration.reference import minilm_dir, reference_embeddings
 from tests.integration.server import REPO, Server, wait_until
 from tests.integration.wire import decode, dense_matrix, encode
+from tests.shared_catalog_files import SIE_CATALOG
 from tests.tiny_models.dense import TOKENIZER_FILES
 
 pytestmark = pytest.mark.slow
 
-SIE_MODELS = REPO.parent / "shared" / "sie-catalog" / "models"
 SDK_PYTHON = REPO / ".venv-sdk" / "bin" / "python"
 SDK_CLIENT = Path(__file__).with_name("sdk_client.py")
 BGE = "BAAI/bge-small-en-v1.5"  # served, weights in the cache
@@ -80,13 +80,13 @@ def write_snapshot(hub: Path, hf_id: str, revision: str, dim: int, max_length: i
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not SIE_MODELS.is_dir():
+    if not SIE_CATALOG.is_dir():
         pytest.skip("no SIE catalog data")
     root = tmp_path_factory.mktemp("sie-catalog")
     models = root / "models"
     models.mkdir()
     for name in FILES.values():
-        shutil.copy(SIE_MODELS / name, models / name)
+        shutil.copy(SIE_CATALOG / name, models / name)
     (models / "broken__not-yaml.yaml").write_text("sie_id: broken/not-yaml\nprofiles: [unclosed\n")
     bge = yaml.safe_load((models / FILES[BGE]).read_text())
     [profile] = bge["profiles"].values()  # SIE's file has one profile, "candle"
