@@ -32,7 +32,8 @@ done
 "$PY" - "$KIT/tokenizer" <<'PY'
 import shutil, sys
 from pathlib import Path
-from sie.model_config import load_catalog, resolve_weights_dir
+from sie.catalog import load_catalog
+from sie.model_location import resolve_weights_dir
 from sie.settings import DEFAULT_MODEL
 folder = resolve_weights_dir(load_catalog().get(DEFAULT_MODEL))
 for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
