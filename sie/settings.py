@@ -126,7 +126,8 @@ HELP: dict[str, str] = {
     "cpu_linear": "linear layers of a CPU device's models: onednn or torch's own (MKL); auto: oneDNN "
     "where a start-up probe finds it at least 1.25x faster (AMD CPUs)",
     "cuda_graphs": "on a GPU, replay the padding-free forwards (BERT-family encoders, Qwen/Mistral/Llama "
-    "decoders) from CUDA graphs captured per batch-shape bucket instead of launching each kernel",
+    "decoders) and CLIP's image tower from CUDA graphs captured per batch-shape bucket instead of "
+    "launching each kernel",
     "event_loop": "frontend event loop: uvloop (auto: when installed) or asyncio",
     "listen_backlog": "connections the kernel queues on the listening socket before the frontends "
     "accept them",

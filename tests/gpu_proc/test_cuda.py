@@ -135,6 +135,30 @@ def test_the_packed_encoder_replays_cuda_graphs_as_transformers_answers(precisio
     assert graphs is not None and not graphs.failed and len(graphs) == 2
 
 
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_clip_image_batches_replay_cuda_graphs_as_transformers_answers(precision: str) -> None:
+    from sie.gpu_proc.adapters.clip import ClipAdapter
+    from sie.shm.layout import ResultKind
+
+    from .test_clip_vision import SPEC, pixels, reference, tiny_clip
+    from .test_item_graphs import image_inputs
+
+    adapter = ClipAdapter(tiny_clip().to("cuda", getattr(torch, precision)), SPEC, name="tiny")
+    model = tiny_clip()  # the same seed: the same weights, float32 on the CPU
+    # three batches in the bucket of 8 (the later ones smaller), then buckets of 1 and 4
+    for n in (7, 5, 6, 1, 3):
+        received = pixels(n)
+        with torch.inference_mode():
+            want = reference(model, received)
+        output = adapter.forward(image_inputs(received.cuda()), frozenset({ResultKind.DENSE}))
+        got = torch.as_tensor(output[ResultKind.DENSE].values).float().cpu()
+        cosine = torch.nn.functional.cosine_similarity(got, want, dim=-1)
+        assert cosine.min() > (0.995 if precision == "bfloat16" else 0.999), n
+    graphs = adapter._image_replays.graphs
+    assert graphs is not None and not graphs.failed and len(graphs) == 3
+    adapter.close()
+
+
 def test_the_staging_ring_never_overwrites_a_copy_still_queued() -> None:
     from sie.gpu_proc.transfer import StagingRing
 

@@ -4,7 +4,8 @@ A text batch goes through `get_text_features`, an image batch through `get_image
 batcher never mixes them), both projected and not normalized (the frontend normalizes, as for
 dense). Pixels arrive resized and cropped; normalization to the model's mean and std runs here,
 folded into the patch embedding's weights for a float32 model (`patches.py`). CLIP's image tower
-runs as a plain function over its modules (`clip_vision.py`); SigLIP's as transformers runs it.
+runs as a plain function over its modules (`clip_vision.py`), on a GPU replayed from CUDA graphs
+(`item_graphs.py`); SigLIP's as transformers runs it.
 SigLIP's text tower pools the last position and was trained on text padded to its full length
 without an attention mask, so its text is padded that way (as its processor's `padding="max_length"`).
 """
@@ -19,6 +20,7 @@ import torch
 from sie.gpu_proc.adapters import clip_vision
 from sie.gpu_proc.adapters.base import ForwardInputs
 from sie.gpu_proc.adapters.common import HeldModel, load_model, rows_output
+from sie.gpu_proc.adapters.item_graphs import ItemReplays
 from sie.gpu_proc.adapters.patches import Scratch, fold_into
 from sie.gpu_proc.outputs import Output
 from sie.gpu_proc.threads import linear_weights_of
@@ -78,6 +80,7 @@ class ClipAdapter(HeldModel):
         self.lean_vision = clip_vision.fits(model)  # CLIP's image tower without transformers' wrapping
         vision = [model.vision_model, getattr(model, "visual_projection", None)]
         self.media_flops_per_item = image_flops(model.config.vision_config, *[m for m in vision if m])
+        self._image_replays = ItemReplays(model, self._image_features, self.media_flops_per_item)
 
     @classmethod
     def load(
@@ -92,12 +95,18 @@ class ClipAdapter(HeldModel):
         model = self._live()
         with torch.inference_mode():
             if inputs.pixels is not None and self.lean_vision:
-                features = clip_vision.image_features(model, self._pixel_values(inputs.pixels))
+                features = self._image_replays.run(inputs.pixels)
+                if features is None:
+                    features = self._image_features(inputs.pixels)
             elif inputs.pixels is not None:
                 features = model.get_image_features(pixel_values=self._pixel_values(inputs.pixels))
             else:
                 features = model.get_text_features(**self._text_inputs(inputs))
         return {ResultKind.DENSE: rows_output(ResultKind.DENSE, _pooled(features))}
+
+    def _image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """[n, projection] from received pixels through the lean image tower."""
+        return clip_vision.image_features(self._live(), self._pixel_values(pixels))
 
     def _pixel_values(self, pixels: torch.Tensor) -> torch.Tensor:
         """[n, 3, H, W] for the vision tower: where the patch embedding folds the normalization
