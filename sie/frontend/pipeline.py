@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sie.errors import InputTooLong, ModelLoadFailed, ModelLoading, ShuttingDown
+from sie.errors import InputTooLong, ModelLoadFailed, ModelLoading, QueueFull, ShuttingDown
 from sie.frontend.observe import note_work
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
@@ -69,7 +69,7 @@ def gate_model(state: FrontendState, slot: int, name: str) -> None:
 
 def admit(state: FrontendState, target: Target, n_items: int, *, needs_device: bool = True) -> None:
     """Checks before any work: the server serves, the request could ever fit (and, for work that
-    `needs_device`, the model is loaded)."""
+    `needs_device`, the model is loaded and its queue has room)."""
     check_serving(state)
     limit = state.settings.max_concurrent_requests
     if n_items > limit:  # could never be admitted: no retry would help
@@ -81,6 +81,20 @@ def admit(state: FrontendState, target: Target, n_items: int, *, needs_device: b
             if weights_present(target.config):  # once a fetch is done, while the device loads them
                 state.tokenizers.warm(target.config)
             raise
+        check_room(state, target, n_items, limit)
+
+
+def check_room(state: FrontendState, target: Target, n_items: int, limit: int) -> None:
+    """503 QUEUE_FULL before tokenizing when no device holding the model has room for the items.
+
+    The queue depths are the devices' own, published every few milliseconds; a device still
+    refuses what no longer fits when the items reach it. Refusing here keeps an overloaded
+    server's refusals cheap, so the frontends' CPU goes to the requests that are served.
+    """
+    placed = state.devices.placements(target.slot)
+    depths = [p.usage.queue_depth for p in placed if p.state == ModelState.LOADED]
+    if depths and min(depths) + n_items > limit:
+        raise QueueFull("Too many pending items for this model; retry shortly")
 
 
 async def tokenize(fn: Callable[[], T], n_items: int) -> tuple[T, float]:
