@@ -48,6 +48,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     listen_backlog: int = 2048
     rebalance_connections: bool = True
+    frontend_nice: int = 5
     # Images and audio (sie.frontend.media): each limit is a 400 before any large allocation.
     max_image_pixels: int = 50_000_000
     max_images_per_item: int = 16
@@ -134,6 +135,8 @@ HELP: dict[str, str] = {
     "rebalance_connections": "a frontend carrying well over its share of the in-flight requests, while "
     "another carries well under, now and then answers with `connection: close` so the client "
     "reconnects to an idle frontend",
+    "frontend_nice": "how much lower the frontends' CPU priority is than the device's (a nice "
+    "increment, 0-19): when the cores are short, the device's batches go first",
     "max_image_pixels": "largest image (width x height, read from its header) before 400",
     "max_images_per_item": "most images one item may carry",
     "max_audio_seconds": "longest audio one item may carry",

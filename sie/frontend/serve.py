@@ -52,6 +52,8 @@ YOUNG_GC_THRESHOLD = 10_000
 def main(settings: Settings, spec: FrontendSpec) -> int:
     configure_logging(settings.log_level, settings.log_format, f"frontend{spec.index}")
     gc.set_threshold(YOUNG_GC_THRESHOLD)  # the older generations keep their thresholds
+    if settings.frontend_nice > 0:
+        os.nice(settings.frontend_nice)
     with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
         runner.run(_serve(settings, spec))
     return 0

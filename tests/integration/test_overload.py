@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import statistics
 import threading
@@ -25,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sie.catalog import BUILTIN_MODELS_DIR
 from sie.frontend.hostinfo import process_usage
+from sie.settings import Settings
 from tests.integration.reference import MINILM
 from tests.integration.server import Server, metric_sum, wait_until
 from tests.integration.texts import random_texts
@@ -242,3 +244,12 @@ def test_a_client_that_leaves_is_not_computed(server: Server) -> None:
     assert metric_sum(server, "sie_batch_size_sum", model=MINILM) - computed == QUEUE_ITEMS - ITEMS
     assert metric_sum(server, "sie_batch_size_sum", model=VICTIM) == victim_computed  # none of its items
     assert metric_sum(server, "sie_client_disconnects_total", model=VICTIM) - left == 1
+
+
+def test_the_frontends_yield_the_cores_to_the_device(server: Server) -> None:
+    # When the cores are short (refusals pouring out under overload), the device's batches go first.
+    roles = server.roles()
+    device = {os.getpriority(os.PRIO_PROCESS, pid) for pid in roles["device"]}
+    frontends = {os.getpriority(os.PRIO_PROCESS, pid) for pid in roles["frontend"]}
+    assert len(device) == 1 and roles["frontend"], roles
+    assert frontends == {min(19, device.pop() + Settings().frontend_nice)}
