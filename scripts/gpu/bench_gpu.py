@@ -2,7 +2,7 @@
 
     python scripts/gpu/bench_gpu.py --out FILE [--cpu] [--seconds 6] [--clients 1,32,256]
                                     [--frontends N] [--work DIR] [--skip-tests]
-                                    [--models minilm,qwen3] [--warmup-s 1]
+                                    [--models minilm,qwen3] [--warmup-s 1] [--server-arg=--flag=value]
 
 1. Builds random-weight models of real shapes (scripts/gpu/build_models.py; `--cpu`: tiny ones),
    one YAML per model and precision (float16 and bfloat16 on CUDA; float32 and bfloat16 on CPU).
@@ -176,6 +176,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="where the models go (default: a temporary folder)")
     parser.add_argument("--skip-tests", action="store_true")
     parser.add_argument(
+        "--server-arg", action="append", default=[], help="a flag for the server (--server-arg=--flag=value)"
+    )
+    parser.add_argument(
         "--models", help="only the models whose name holds one of these comma-separated parts (minilm,qwen3)"
     )
     parser.add_argument(
@@ -221,7 +224,8 @@ def main() -> int:
         release_memory()
         print(f"raw {spec['id']}: {spec.get('raw') or spec.get('raw_error')}", flush=True)
         _write(args.out, report)
-    extra = server_args(device, work / "models", [s["id"] for s in specs])
+    extra = server_args(device, work / "models", [s["id"] for s in specs]) + args.server_arg
+    report["server_args"] = args.server_arg
     process, url, _, log_path = start_server(frontends, extra, "gpukit")
     report["server_log"] = str(log_path)
     try:
