@@ -6,8 +6,6 @@ that do not exist."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,8 +17,6 @@ from sie.frontend.devices import DeviceClient
 from sie.frontend.state import FrontendState
 from sie.settings import Settings
 from sie.shm.control import ControlBlock, DeviceState, ModelState
-from sie.shm.doorbell import EventFd
-from sie.shm.names import Namespace
 from tests.frontend.test_app import MINILM, catalog
 
 CAP = 16  # --max-concurrent-requests
@@ -28,28 +24,11 @@ ITEMS = 3
 
 
 @pytest.fixture
-def control() -> Iterator[ControlBlock]:
-    namespace = Namespace("admit" + uuid.uuid4().hex[:8], os.getpid())
-    block = ControlBlock.create(namespace.control(), n_devices=2, n_frontends=1, n_models=len(catalog()))
-    yield block
-    block.close()
-    block.unlink()
-
-
-@pytest.fixture
-def devices(control: ControlBlock) -> Iterator[DeviceClient]:
-    wake = EventFd.create()
-    namespace = Namespace(control.name.split(".")[1], os.getpid())
-    yield DeviceClient(namespace, control, 0, wake, device_names=["cuda:0", "cuda:1"])
-    wake.close()
-
-
-@pytest.fixture
-def app(devices: DeviceClient) -> Iterator[TestClient]:
-    cat = catalog()
-    state = FrontendState(settings=Settings(max_concurrent_requests=CAP), catalog=cat, devices=devices)
-    with TestClient(build_app(state), raise_server_exceptions=False) as client:
-        yield client
+def app(client: DeviceClient) -> Iterator[TestClient]:
+    """The app over the shared fixtures' control block (tests/frontend/conftest.py)."""
+    state = FrontendState(settings=Settings(max_concurrent_requests=CAP), catalog=catalog(), devices=client)
+    with TestClient(build_app(state), raise_server_exceptions=False) as test_client:
+        yield test_client
 
 
 def publish(control: ControlBlock, depths: dict[int, int], states: dict[int, ModelState]) -> None:
@@ -71,13 +50,13 @@ def encode(app: TestClient) -> tuple[int, dict[str, object], str | None]:
 
 
 def test_full_queues_everywhere_are_refused_before_any_device_work(
-    app: TestClient, control: ControlBlock, devices: DeviceClient
+    app: TestClient, control: ControlBlock, client: DeviceClient
 ) -> None:
     loaded = {0: ModelState.LOADED, 1: ModelState.LOADED}
     publish(control, {0: CAP - ITEMS + 1, 1: CAP}, loaded)
     status, body, retry_after = encode(app)
     assert (status, body["detail"]["code"], retry_after) == (503, "QUEUE_FULL", "1"), body  # type: ignore[index]
-    assert not devices.pending and not devices.links  # nothing was sent toward a device
+    assert not client.pending and not client.links  # nothing was sent toward a device
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from sie.gpu_proc.adapters import cuda_graphs, varlen
-from sie.gpu_proc.adapters.cuda_graphs import Bucket, StreamGraphs, bucket_for
+from sie.gpu_proc.adapters.cuda_graphs import Bucket, GraphCache, StreamGraphs, bucket_for
 from sie.gpu_proc.adapters.packed import PackedEncoder
 from sie.gpu_proc.adapters.packed_decoder import PackedDecoder
 from tests.gpu_proc.test_varlen import DECODER, batch, bert
@@ -33,7 +33,7 @@ class Recorded:
         self.output.copy_(self.body(*self.args))
 
 
-def recording_capture(self: StreamGraphs, *args: Any) -> tuple[Recorded, torch.Tensor]:
+def recording_capture(self: GraphCache, *args: Any) -> tuple[Recorded, torch.Tensor]:
     output = self._body(*args)  # a capture allocates its output once
     output.fill_(float("nan"))  # and nothing runs until the first replay
     return Recorded(self._body, args, output), output
@@ -73,13 +73,14 @@ class Frozen(Recorded):
         self.replays += 1
 
 
+def frozen_capture(self: GraphCache, *args: Any) -> tuple[Frozen, torch.Tensor]:
+    recorded, output = recording_capture(self, *args)
+    return Frozen(recorded.body, recorded.args, output), output
+
+
 def test_a_replay_that_disagrees_with_the_eager_forward_turns_graphs_off(
     on_cpu: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def frozen_capture(self: StreamGraphs, *args: Any) -> tuple[Frozen, torch.Tensor]:
-        recorded, output = recording_capture(self, *args)
-        return Frozen(recorded.body, recorded.args, output), output
-
     monkeypatch.setattr(StreamGraphs, "_record", frozen_capture)
     model = bert()
     packed = PackedEncoder.wrap(model)

@@ -19,7 +19,7 @@ from sie.gpu_proc.adapters.cuda_graphs import keep_off_graphs
 from sie.gpu_proc.adapters.item_graphs import ItemGraphs, ItemReplays, items_bucket, most_items_for
 from sie.shm.layout import ResultKind
 from tests.gpu_proc.test_clip_vision import SPEC, pixels, reference, tiny_clip
-from tests.gpu_proc.test_cuda_graphs import Frozen, recording_capture
+from tests.gpu_proc.test_cuda_graphs import frozen_capture, recording_capture
 
 pytestmark = pytest.mark.usefixtures("deterministic_torch")
 
@@ -67,10 +67,6 @@ def test_image_batches_replay_as_transformers_answers(recorder: None) -> None:
 def test_a_replay_that_disagrees_with_the_eager_forward_turns_item_graphs_off(
     graphs_on_cpu: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def frozen_capture(self: ItemGraphs, *args: Any) -> tuple[Frozen, torch.Tensor]:
-        recorded, output = recording_capture(self, *args)
-        return Frozen(recorded.body, recorded.args, output), output
-
     monkeypatch.setattr(ItemGraphs, "_record", frozen_capture)
     adapter, model = ClipAdapter(tiny_clip(), SPEC, name="tiny"), tiny_clip()
     with caplog.at_level(logging.WARNING):
