@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sie.catalog import Catalog
+from sie.frontend.devices import Placement
 from sie.frontend.results import Results
 from sie.frontend.state import FrontendState
 from sie.frontend.target import Target, bind
@@ -35,6 +36,9 @@ class AdapterDevices:
 
     def model_error(self, slot: int) -> str:
         return ""
+
+    def placements(self, slot: int) -> list[Placement]:
+        return []  # no queue anywhere: every request has room
 
     def can_retry_load(self, slot: int) -> bool:
         return False
