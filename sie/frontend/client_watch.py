@@ -7,10 +7,14 @@
   503 SHUTTING_DOWN (the connection closes with it), so a client that stopped sending cannot hold
   SIGTERM for the whole graceful timeout. Outside a drain a slow upload is left alone.
 - Unread: a request answered before its body was read (413, 401, 404) has the rest of its body
-  taken and dropped in the background from the moment its answer starts. hypercorn queues body
-  chunks for the app in a bounded queue and, once the answer is sent, queues a disconnect there
-  too, inside the app's own last `send`; with the queue full and nobody reading it, that send never
-  returned, and the connection held SIGTERM for the whole graceful timeout.
+  taken and dropped. hypercorn keeps a keep-alive connection only if the request's body was all
+  in when the app returned, and otherwise closes it without a word, so a client that sent the next
+  request on it got a dropped connection. So the answer first waits up to `TAKE_REST_S` for the
+  rest of the body; if it does not come (a large upload refused, a client waiting for
+  100-continue), the answer says `connection: close` and the rest is taken in the background.
+  hypercorn queues body chunks for the app in a bounded queue and, once the answer is sent, queues
+  a disconnect there too, inside the app's own last `send`; with the queue full and nobody reading
+  it, that send never returned, and the connection held SIGTERM for the whole graceful timeout.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sie.errors import ShuttingDown
 from sie.frontend.observe import current
+from sie.frontend.rebalance import CLOSE_HEADER
 
 STALL_S = 1.0
+TAKE_REST_S = 0.05  # how long an early answer waits for the rest of its request's body
 _SLICE_S = 0.25  # how often a waiting read looks at the drain flag
 
 
@@ -38,7 +44,8 @@ class ClientWatch:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        watch = _Watch(receive, send, self.is_draining, has_body=_declares_body(scope))
+        http1 = scope.get("http_version") in ("1.0", "1.1")
+        watch = _Watch(receive, send, self.is_draining, has_body=_declares_body(scope), http1=http1)
         try:
             await self.app(scope, watch.receive, watch.send)
         except asyncio.CancelledError:
@@ -102,9 +109,16 @@ async def _discard_body(receive: Receive) -> None:
 
 class _Watch:
     def __init__(
-        self, receive: Receive, send: Send, is_draining: Callable[[], bool], *, has_body: bool = True
+        self,
+        receive: Receive,
+        send: Send,
+        is_draining: Callable[[], bool],
+        *,
+        has_body: bool = True,
+        http1: bool = True,
     ) -> None:
         self._receive = receive
+        self._http1 = http1  # the `connection` header is HTTP/1's alone
         self._send = send
         self._is_draining = is_draining
         self._task = asyncio.current_task()
@@ -153,9 +167,22 @@ class _Watch:
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.response_started = True
-            if not self.body_ended and self._watcher is None:
+            if not self.body_ended and self._watcher is None and not await self._take_rest():
+                if self._http1:
+                    message["headers"] = [*message.get("headers", ()), CLOSE_HEADER]
                 self.drain = asyncio.ensure_future(_discard_body(self._receive))
         await self._send(message)
+
+    async def _take_rest(self) -> bool:
+        """Take and drop the rest of an unread body if it all arrives within `TAKE_REST_S`;
+        whether it did (a cancelled read loses no message: hypercorn's queue keeps it)."""
+        try:
+            async with asyncio.timeout(TAKE_REST_S):
+                await _discard_body(self._receive)
+        except TimeoutError:
+            return False
+        self.body_ended = True
+        return True
 
     def stop(self) -> None:
         """End the watcher once the request is over. After a whole answer it needs no cancelling:

@@ -120,7 +120,13 @@ class RequestObserver:
                 message["headers"] = [*message.get("headers", ()), *self.headers]
                 # HTTP/1.1 only: h2 multiplexes its requests and forbids the `connection` header.
                 http11 = scope.get("http_version") == "1.1"
-                if counted and http11 and self.rebalancer is not None and self.rebalancer.should_close():
+                if (
+                    counted
+                    and http11
+                    and self.rebalancer is not None
+                    and CLOSE_HEADER not in message["headers"]  # closing already: an unread body
+                    and self.rebalancer.should_close()
+                ):
                     message["headers"].append(CLOSE_HEADER)
                     self.recorder.rebalanced()  # type: ignore[union-attr]
             await send(message)

@@ -206,3 +206,57 @@ def test_a_body_left_unread_is_drained_after_the_answer() -> None:
         return peer
 
     assert asyncio.run(main()).sent[0]["status"] == 413
+
+
+def answer_early(status: int) -> Callable[[Any, Any, Any], Any]:
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # answers from the headers alone
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"no"})
+
+    return app
+
+
+def test_an_early_answer_waits_briefly_for_the_body_and_keeps_the_connection() -> None:
+    async def main() -> tuple[Peer, ClientWatch]:
+        peer = Peer()
+        watch = ClientWatch(answer_early(404), lambda: False)
+
+        async def client_sends_its_body() -> None:  # a moment after its headers, as clients do
+            await asyncio.sleep(client_watch.TAKE_REST_S / 5)
+            await peer.inbox.put({"type": "http.request", "body": b"x" * 1000, "more_body": True})
+            await peer.inbox.put({"type": "http.request", "body": b"", "more_body": False})
+
+        sending = asyncio.ensure_future(client_sends_its_body())
+        await watch({**SCOPE, "http_version": "1.1"}, peer.receive, peer.send)
+        await sending
+        return peer, watch
+
+    peer, watch = asyncio.run(main())
+    start = peer.sent[0]
+    assert start["status"] == 404 and (b"connection", b"close") not in start["headers"]
+    assert peer.inbox.empty() and not watch._drains  # the body was taken before the answer
+
+
+def test_an_early_answer_without_the_body_says_close() -> None:
+    async def main() -> tuple[Peer, ClientWatch]:
+        peer = Peer()
+        watch = ClientWatch(answer_early(413), lambda: False)
+        await watch({**SCOPE, "http_version": "1.1"}, peer.receive, peer.send)  # no body comes in time
+        await peer.inbox.put({"type": "http.request", "body": b"", "more_body": False})
+        await wait_for(lambda: peer.inbox.empty() and not watch._drains)  # taken in the background
+        return peer, watch
+
+    peer, _ = asyncio.run(main())
+    assert peer.sent[0]["status"] == 413 and (b"connection", b"close") in peer.sent[0]["headers"]
+
+
+def test_http2_never_gets_a_connection_header() -> None:
+    async def main() -> Peer:
+        peer = Peer()
+        watch = ClientWatch(answer_early(404), lambda: False)
+        await watch({**SCOPE, "http_version": "2"}, peer.receive, peer.send)
+        await peer.inbox.put({"type": "http.request", "body": b"", "more_body": False})
+        await wait_for(lambda: peer.inbox.empty() and not watch._drains)
+        return peer
+
+    assert not any(name == b"connection" for name, _ in asyncio.run(main()).sent[0]["headers"])
