@@ -112,7 +112,8 @@ class DeviceLoop:
         self.pairs: dict[int, RingPair] = {}
         self.stopping = False
         self._depths_due_s = 0.0
-        self._depths_zero = True
+        # False: the first pass writes this device's depths, over any a dead predecessor left.
+        self._depths_zero = False
         self.heap = HeapTrimmer()
 
     # -- the loop ------------------------------------------------------------------------------

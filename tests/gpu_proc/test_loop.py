@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,7 +12,9 @@ import numpy as np
 
 from sie.gpu_proc.batcher import Batcher
 from sie.gpu_proc.loop import IDLE_WAIT_S, QUEUE_DEPTH_EVERY_S, DeviceLoop
+from sie.shm.control import ControlBlock
 from sie.shm.layout import Op, TokenBatch
+from sie.shm.names import Namespace
 
 
 def loop_with(batcher: Batcher, in_flight: int) -> DeviceLoop:
@@ -113,6 +117,31 @@ def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
     loop._publish_queue_depths(100.006)  # emptied: the zeros go out without waiting
     loop._publish_queue_depths(100.5)  # and idle loops write nothing more
     assert writes[2:] == [[0, 0, 0]]
+
+
+def test_a_new_device_clears_the_depths_a_dead_one_left() -> None:
+    # Frontends refuse a model whose queue is full on every device: a depth left by a device that
+    # died under load would refuse its requests until the restarted device's queue filled again.
+    namespace = Namespace("loop" + uuid.uuid4().hex[:8], os.getpid())
+    control = ControlBlock.create(namespace.control(), n_devices=1, n_frontends=1, n_models=3)
+    try:
+        control.set_queue_depths(0, np.array([512, 7, 0], np.uint32))  # the predecessor's last write
+        loop = DeviceLoop(
+            device_index=0,
+            namespace=namespace,
+            control=control,
+            doorbell=None,  # type: ignore[arg-type]
+            eventfds=[],
+            registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
+            batcher=Batcher(),
+            inference=SimpleNamespace(in_flight=0, depth=1),  # type: ignore[arg-type]
+            supervisor_pid=0,
+        )
+        loop._publish_queue_depths(100.0)
+        assert control.models["queue_depth"][0].tolist() == [0, 0, 0]
+    finally:
+        control.close()
+        control.unlink()
 
 
 def test_the_heap_is_trimmed_at_an_idle_moment_after_work() -> None:
