@@ -104,6 +104,10 @@ class ClipAdapter(HeldModel):
                 features = model.get_text_features(**self._text_inputs(inputs))
         return {ResultKind.DENSE: rows_output(ResultKind.DENSE, _pooled(features))}
 
+    def close(self) -> None:
+        self._image_replays.close()  # its graphs, and its hold on this adapter and the model
+        super().close()
+
     def _image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """[n, projection] from received pixels through the lean image tower."""
         return clip_vision.image_features(self._live(), self._pixel_values(pixels))

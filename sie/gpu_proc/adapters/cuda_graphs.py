@@ -21,9 +21,11 @@ from then on); out of memory stays the batch's own failure.
 from __future__ import annotations
 
 import bisect
+import inspect
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -200,6 +202,23 @@ class GraphCache:
         return len(self._graphs)
 
 
+def weak_body(body: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """`body`, holding its owner only weakly when it is a bound method. The owner keeps its
+    replays, so a strong reference back would make a cycle that only a full garbage collection
+    frees, and an unloaded model's memory would stay taken until then."""
+    if not inspect.ismethod(body):
+        return body
+    method = weakref.WeakMethod(body)
+
+    def call(*args: Any) -> torch.Tensor:
+        bound = method()
+        if bound is None:
+            raise RuntimeError("the model these CUDA graphs ran is gone")
+        return bound(*args)
+
+    return call
+
+
 def _agree(replayed: torch.Tensor, eager: torch.Tensor) -> bool:
     """Rounding apart (a bucket's larger GEMMs may tile differently), every row points the same way."""
     cosine = torch.nn.functional.cosine_similarity(replayed.float(), eager.float(), dim=-1)
@@ -264,7 +283,7 @@ class Replays:
 
     def __init__(self, module: torch.nn.Module, body: StreamBody) -> None:
         self._module = module
-        self._body = body
+        self._body = weak_body(body)
         self.graphs: StreamGraphs | None = None
 
     def run(

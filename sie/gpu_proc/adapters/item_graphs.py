@@ -22,6 +22,7 @@ from sie.gpu_proc.adapters.cuda_graphs import (
     GraphCache,
     Graphs,
     kept_off_graphs,
+    weak_body,
 )
 
 ItemBody = Callable[[torch.Tensor], torch.Tensor]
@@ -77,8 +78,8 @@ class ItemReplays:
     """A model's item graphs: made at its first CUDA batch, never for a module kept off graphs."""
 
     def __init__(self, module: torch.nn.Module, body: ItemBody, flops_per_item: float) -> None:
-        self._module = module
-        self._body = body
+        self._module: torch.nn.Module | None = module
+        self._body: ItemBody | None = weak_body(body)
         self._most_items = most_items_for(flops_per_item)
         self.graphs: ItemGraphs | None = None
 
@@ -86,8 +87,14 @@ class ItemReplays:
         """The body's output over `batch` from a graph; None where none applies (run it eagerly)."""
         if not Graphs.enabled or (batch.device.type != "cuda" and not Graphs.anywhere):
             return None
+        if self._module is None or self._body is None:
+            return None  # closed
         if (self.graphs is not None and self.graphs.failed) or kept_off_graphs(self._module):
             return None
         if self.graphs is None:
             self.graphs = ItemGraphs(self._body, batch.device, self._most_items)
         return self.graphs.run(batch)
+
+    def close(self) -> None:
+        """Drop the graphs (their memory pool) and the module at once, with the model."""
+        self.graphs = self._module = self._body = None
