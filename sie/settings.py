@@ -246,6 +246,8 @@ def _validate(settings: Settings) -> None:
         raise ValueError("image and audio limits must be positive")
     if settings.media_threads < 1:
         raise ValueError("media_threads must be at least 1")
+    if not 0 <= settings.frontend_nice <= 19:
+        raise ValueError("frontend_nice must be in 0..19 (a nice increment)")
     if not 0 < settings.memory_pressure_threshold_percent <= 100:
         raise ValueError("memory_pressure_threshold_percent must be in (0, 100]")
     if settings.device_stall_s <= 0 or settings.max_loras_per_model < 1:

@@ -38,6 +38,8 @@ def test_lists_split_on_commas() -> None:
         ({"log_format": "xml"}, "log_format"),
         ({"drain_delay_s": "-1"}, "drain_delay_s"),
         ({"media_threads": "0"}, "media_threads"),
+        ({"frontend_nice": "-1"}, "frontend_nice"),
+        ({"frontend_nice": "20"}, "frontend_nice"),
         ({"disk_pressure_threshold_percent": "0"}, "disk_pressure_threshold_percent"),
         ({"local_cache_bytes": "0"}, "local_cache_bytes"),
     ],
