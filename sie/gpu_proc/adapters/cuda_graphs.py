@@ -90,12 +90,23 @@ def bucket_for(
     tokens: int, sequences: int, longest: int, most_tokens: int = TOKEN_BUCKETS[-1]
 ) -> Bucket | None:
     """The graph shape a batch runs in, or None when it needs more than `most_tokens`."""
-    at = bisect.bisect_left(TOKEN_BUCKETS, tokens)
-    if at == len(TOKEN_BUCKETS) or TOKEN_BUCKETS[at] > most_tokens:
+    rounded = round_up(tokens, TOKEN_BUCKETS, most_tokens)
+    if rounded is None:
         return None
-    return Bucket(
-        TOKEN_BUCKETS[at], _power_of_two(sequences, MIN_SEQUENCES), _power_of_two(longest, MIN_LONGEST)
-    )
+    return Bucket(rounded, _power_of_two(sequences, MIN_SEQUENCES), _power_of_two(longest, MIN_LONGEST))
+
+
+def round_up(value: int, buckets: tuple[int, ...], most: int) -> int | None:
+    """The smallest of `buckets` that holds `value`, or None past `most` or past the last one."""
+    at = bisect.bisect_left(buckets, value)
+    if at == len(buckets) or buckets[at] > most:
+        return None
+    return buckets[at]
+
+
+def largest_within(buckets: tuple[int, ...], cost_each: float, budget: float, least: int) -> int:
+    """The largest of `buckets` whose size x `cost_each` stays within `budget`; `least` at least."""
+    return max([least, *(size for size in buckets if size * cost_each <= budget)])
 
 
 def _power_of_two(value: int, least: int) -> int:
@@ -202,6 +213,15 @@ class GraphCache:
         return len(self._graphs)
 
 
+def may_replay(device: torch.device, graphs: GraphCache | None, module: torch.nn.Module) -> bool:
+    """Whether a batch on `device` may replay graphs: they are on (`--cuda-graphs`), the device is
+    a GPU (or the CPU tests say anywhere), no failure turned them off for this model, and its
+    module is not kept off them (LoRA)."""
+    if not Graphs.enabled or (device.type != "cuda" and not Graphs.anywhere):
+        return False
+    return not (graphs is not None and graphs.failed) and not kept_off_graphs(module)
+
+
 def weak_body(body: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """`body`, holding its owner only weakly when it is a bound method. The owner keeps its
     replays, so a strong reference back would make a cycle that only a full garbage collection
@@ -298,9 +318,7 @@ class Replays:
         """The stream's hidden states from a graph; None where none applies (the caller runs
         eagerly). `seqs` None: a uniform batch (one item, say), run as equal sequences here."""
         device = ids.device
-        if not Graphs.enabled or (device.type != "cuda" and not Graphs.anywhere):
-            return None
-        if (self.graphs is not None and self.graphs.failed) or kept_off_graphs(self._module):
+        if not may_replay(device, self.graphs, self._module):
             return None
         seqs = seqs or sequences(lengths, device, _dtype_of(self._module), head_dim)
         if seqs is None:
@@ -313,7 +331,7 @@ class Replays:
 
 def most_tokens_for(parameters: int) -> int:
     """The largest bucket a model of this many parameters replays (128 tokens at least)."""
-    return max([TOKEN_BUCKETS[1], *(size for size in TOKEN_BUCKETS if size * parameters <= PARAMETER_TOKENS)])
+    return largest_within(TOKEN_BUCKETS, parameters, PARAMETER_TOKENS, TOKEN_BUCKETS[1])
 
 
 def _dtype_of(module: torch.nn.Module) -> torch.dtype:

@@ -10,7 +10,6 @@ within an image), so the bucket's spare items, which keep an earlier batch's inp
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,8 +19,9 @@ from sie.gpu_proc.adapters.cuda_graphs import (
     FLOPS_PER_FORWARD,
     ITEM_BUCKETS,
     GraphCache,
-    Graphs,
-    kept_off_graphs,
+    largest_within,
+    may_replay,
+    round_up,
     weak_body,
 )
 
@@ -30,16 +30,12 @@ ItemBody = Callable[[torch.Tensor], torch.Tensor]
 
 def items_bucket(items: int, most_items: int = ITEM_BUCKETS[-1]) -> int | None:
     """The item count a batch of `items` replays at, or None when it runs eagerly."""
-    at = bisect.bisect_left(ITEM_BUCKETS, items)
-    if at == len(ITEM_BUCKETS) or ITEM_BUCKETS[at] > most_items:
-        return None
-    return ITEM_BUCKETS[at]
+    return round_up(items, ITEM_BUCKETS, most_items)
 
 
 def most_items_for(flops_per_item: float) -> int:
     """The largest bucket a model of this many FLOPs per item replays (one item at least)."""
-    fitting = (size for size in ITEM_BUCKETS if size * flops_per_item <= FLOPS_PER_FORWARD)
-    return max([ITEM_BUCKETS[0], *fitting])
+    return largest_within(ITEM_BUCKETS, flops_per_item, FLOPS_PER_FORWARD, ITEM_BUCKETS[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +81,9 @@ class ItemReplays:
 
     def run(self, batch: torch.Tensor) -> torch.Tensor | None:
         """The body's output over `batch` from a graph; None where none applies (run it eagerly)."""
-        if not Graphs.enabled or (batch.device.type != "cuda" and not Graphs.anywhere):
-            return None
         if self._module is None or self._body is None:
             return None  # closed
-        if (self.graphs is not None and self.graphs.failed) or kept_off_graphs(self._module):
+        if not may_replay(batch.device, self.graphs, self._module):
             return None
         if self.graphs is None:
             self.graphs = ItemGraphs(self._body, batch.device, self._most_items)
