@@ -111,12 +111,16 @@ def build_tiny_model(root: Path) -> Path:
     return models
 
 
-def request_bodies(n: int, seed: int = 0) -> list[bytes]:
+def request_bodies(n: int, seed: int = 0, items: int = 1) -> list[bytes]:
+    """`n` JSON encode bodies of `items` 10-40-word texts each."""
     import random
 
     rng = random.Random(seed)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) for _ in range(n)]
-    return [json.dumps({"items": [{"text": t}]}).encode() for t in texts]
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40))) for _ in range(n * items)]
+    return [
+        json.dumps({"items": [{"text": t} for t in texts[i : i + items]]}).encode()
+        for i in range(0, len(texts), items)
+    ]
 
 
 def measure_stack(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import tempfile
 import time
@@ -26,18 +25,9 @@ from typing import Any
 
 from _server import cpu_by_role, server_pids, start_server, stop_server
 from _wrk import body_script, run_wrk
-from bench_overhead import WORDS
+from bench_overhead import request_bodies
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def bodies(n: int, items: int, seed: int = 0) -> list[bytes]:
-    rng = random.Random(seed)
-
-    def text() -> str:
-        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(10, 40)))
-
-    return [json.dumps({"items": [{"text": text()} for _ in range(items)]}).encode() for _ in range(n)]
 
 
 def main() -> None:
@@ -58,7 +48,8 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as folder:
             target, json_type = f"/v1/encode/{MODEL}", "application/json"
-            script = body_script(Path(folder), bodies(64, args.items), target, json_type, json_type)
+            bodies = request_bodies(64, items=args.items)
+            script = body_script(Path(folder), bodies, target, json_type, json_type)
             run_wrk(url, script, 3, 8)  # warm-up: the model loads, the tokenizer and the forward warm
             roles = server_pids(process.pid)
             for connections in (int(c) for c in args.connections.split(",")):
