@@ -112,8 +112,9 @@ class DeviceLoop:
         self.pairs: dict[int, RingPair] = {}
         self.stopping = False
         self._depths_due_s = 0.0
-        # False: the first pass writes this device's depths, over any a dead predecessor left.
-        self._depths_zero = False
+        # Items pending at the last write; None: the first pass writes this device's depths, over
+        # any a dead predecessor left.
+        self._published_items: int | None = None
         self.heap = HeapTrimmer()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -161,17 +162,19 @@ class DeviceLoop:
         return IDLE_WAIT_S
 
     def _publish_queue_depths(self, now: float) -> None:
-        """Pending items per model into the control block; the zeros go out at once once idle."""
-        if len(self.batcher) == 0:
-            if self._depths_zero:
-                return
-        elif now < self._depths_due_s:
+        """Pending items per model into the control block. A fall goes out at once: frontends
+        refuse a model whose published queue is full, and a stale full one would refuse requests
+        that fit, with no new request left to wake this loop. A rise goes out at most every
+        QUEUE_DEPTH_EVERY_S (the device itself refuses what does not fit), nothing while idle."""
+        pending = len(self.batcher)
+        fell = self._published_items is None or pending < self._published_items
+        if not fell and (pending == 0 or now < self._depths_due_s):
             return
         n_models = len(self.registry.catalog)
         depths = np.fromiter((self.batcher.pending_items(s) for s in range(n_models)), np.uint32, n_models)
         self.control.set_queue_depths(self.device_index, depths)
         self._depths_due_s = now + QUEUE_DEPTH_EVERY_S
-        self._depths_zero = len(self.batcher) == 0
+        self._published_items = pending
 
     # -- rings -----------------------------------------------------------------------------------
     def _refresh_pairs(self) -> None:

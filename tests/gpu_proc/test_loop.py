@@ -32,6 +32,22 @@ def loop_with(batcher: Batcher, in_flight: int) -> DeviceLoop:
     )
 
 
+def publishing_loop(batcher: Batcher, control: Any) -> DeviceLoop:
+    """A loop over three model slots whose queue depths go to `control`."""
+    unused: Any = None
+    return DeviceLoop(
+        device_index=0,
+        namespace=unused,
+        control=control,
+        doorbell=unused,
+        eventfds=[],
+        registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
+        batcher=batcher,
+        inference=SimpleNamespace(in_flight=0, depth=1),  # type: ignore[arg-type]
+        supervisor_pid=0,
+    )
+
+
 def overdue_batcher() -> Batcher:
     batcher = Batcher(max_batch_wait_s=0.010)
     request = TokenBatch(
@@ -97,17 +113,7 @@ def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
     writes: list[list[int]] = []
     control: Any = SimpleNamespace(set_queue_depths=lambda device, depths: writes.append(depths.tolist()))
     batcher = overdue_batcher()  # one item of model 0
-    loop = DeviceLoop(
-        device_index=0,
-        namespace=None,  # type: ignore[arg-type]
-        control=control,
-        doorbell=None,  # type: ignore[arg-type]
-        eventfds=[],
-        registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
-        batcher=batcher,
-        inference=SimpleNamespace(in_flight=0, depth=1),  # type: ignore[arg-type]
-        supervisor_pid=0,
-    )
+    loop = publishing_loop(batcher, control)
     loop._publish_queue_depths(100.0)
     loop._publish_queue_depths(100.001)  # within the interval: no second write
     assert writes == [[1, 0, 0]]
@@ -119,6 +125,22 @@ def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
     assert writes[2:] == [[0, 0, 0]]
 
 
+def test_a_queue_that_falls_is_published_at_once() -> None:
+    # A batch leaving the queue must show before the interval is up: frontends refuse a model whose
+    # published queue is full, and at the cap no new request would come to wake the loop.
+    writes: list[list[int]] = []
+    control: Any = SimpleNamespace(set_queue_depths=lambda device, depths: writes.append(depths.tolist()))
+    batcher = overdue_batcher()  # one item of model 0, from source 0
+    other = TokenBatch(req_id=2, op=Op.ENCODE, model_slot=0, offsets=np.array([0, 2], np.int32),
+                       input_ids=np.ones(2, np.int32))  # fmt: skip
+    assert batcher.try_add(other, source=1, now=time.monotonic())
+    loop = publishing_loop(batcher, control)
+    loop._publish_queue_depths(100.0)
+    batcher.drop_source(0)  # one of the two items leaves
+    loop._publish_queue_depths(100.001)  # within the interval, but a fall
+    assert writes == [[2, 0, 0], [1, 0, 0]]
+
+
 def test_a_new_device_clears_the_depths_a_dead_one_left() -> None:
     # Frontends refuse a model whose queue is full on every device: a depth left by a device that
     # died under load would refuse its requests until the restarted device's queue filled again.
@@ -126,18 +148,7 @@ def test_a_new_device_clears_the_depths_a_dead_one_left() -> None:
     control = ControlBlock.create(namespace.control(), n_devices=1, n_frontends=1, n_models=3)
     try:
         control.set_queue_depths(0, np.array([512, 7, 0], np.uint32))  # the predecessor's last write
-        loop = DeviceLoop(
-            device_index=0,
-            namespace=namespace,
-            control=control,
-            doorbell=None,  # type: ignore[arg-type]
-            eventfds=[],
-            registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
-            batcher=Batcher(),
-            inference=SimpleNamespace(in_flight=0, depth=1),  # type: ignore[arg-type]
-            supervisor_pid=0,
-        )
-        loop._publish_queue_depths(100.0)
+        publishing_loop(Batcher(), control)._publish_queue_depths(100.0)
         assert control.models["queue_depth"][0].tolist() == [0, 0, 0]
     finally:
         control.close()
