@@ -44,8 +44,9 @@ class ClientWatch:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        http1 = scope.get("http_version") in ("1.0", "1.1")
-        watch = _Watch(receive, send, self.is_draining, has_body=_declares_body(scope), http1=http1)
+        http1 = _is_http1(scope)
+        has_body = _declares_body(scope) if http1 else True  # HTTP/2 streams a body with neither header
+        watch = _Watch(receive, send, self.is_draining, has_body=has_body, http1=http1)
         try:
             await self.app(scope, watch.receive, watch.send)
         except asyncio.CancelledError:
@@ -89,11 +90,12 @@ class _StallLook:
         self._timer.cancel()
 
 
+def _is_http1(scope: Scope) -> bool:
+    return scope.get("http_version") in ("1.0", "1.1")
+
+
 def _declares_body(scope: Scope) -> bool:
-    """HTTP/1.x: a request has a body only if it says so (Content-Length or Transfer-Encoding).
-    HTTP/2 streams a body with neither, so there every request may have one."""
-    if scope.get("http_version") not in ("1.0", "1.1"):
-        return True
+    """HTTP/1.x: a request has a body only if it says so (Content-Length or Transfer-Encoding)."""
     for name, value in scope.get("headers", ()):
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
             return True
