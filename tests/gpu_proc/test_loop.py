@@ -17,23 +17,9 @@ from sie.shm.layout import Op, TokenBatch
 from sie.shm.names import Namespace
 
 
-def loop_with(batcher: Batcher, in_flight: int) -> DeviceLoop:
-    unused: Any = None  # the sleep decision reads only the batcher and the inference count
-    return DeviceLoop(
-        device_index=0,
-        namespace=unused,
-        control=unused,
-        doorbell=unused,
-        eventfds=[],
-        registry=unused,
-        batcher=batcher,
-        inference=SimpleNamespace(in_flight=in_flight, depth=1),  # type: ignore[arg-type]
-        supervisor_pid=0,
-    )
-
-
-def publishing_loop(batcher: Batcher, control: Any) -> DeviceLoop:
-    """A loop over three model slots whose queue depths go to `control`."""
+def loop_with(batcher: Batcher, in_flight: int = 0, control: Any = None) -> DeviceLoop:
+    """A loop without processes or rings over three model slots; its queue depths go to `control`
+    (the sleep decision reads only the batcher and the inference count)."""
     unused: Any = None
     return DeviceLoop(
         device_index=0,
@@ -43,7 +29,7 @@ def publishing_loop(batcher: Batcher, control: Any) -> DeviceLoop:
         eventfds=[],
         registry=SimpleNamespace(catalog=[None, None, None]),  # type: ignore[arg-type]
         batcher=batcher,
-        inference=SimpleNamespace(in_flight=0, depth=1),  # type: ignore[arg-type]
+        inference=SimpleNamespace(in_flight=in_flight, depth=1),  # type: ignore[arg-type]
         supervisor_pid=0,
     )
 
@@ -113,7 +99,7 @@ def test_queue_depths_are_published_throttled_and_zeroed_at_once() -> None:
     writes: list[list[int]] = []
     control: Any = SimpleNamespace(set_queue_depths=lambda device, depths: writes.append(depths.tolist()))
     batcher = overdue_batcher()  # one item of model 0
-    loop = publishing_loop(batcher, control)
+    loop = loop_with(batcher, control=control)
     loop._publish_queue_depths(100.0)
     loop._publish_queue_depths(100.001)  # within the interval: no second write
     assert writes == [[1, 0, 0]]
@@ -134,7 +120,7 @@ def test_a_queue_that_falls_is_published_at_once() -> None:
     other = TokenBatch(req_id=2, op=Op.ENCODE, model_slot=0, offsets=np.array([0, 2], np.int32),
                        input_ids=np.ones(2, np.int32))  # fmt: skip
     assert batcher.try_add(other, source=1, now=time.monotonic())
-    loop = publishing_loop(batcher, control)
+    loop = loop_with(batcher, control=control)
     loop._publish_queue_depths(100.0)
     batcher.drop_source(0)  # one of the two items leaves
     loop._publish_queue_depths(100.001)  # within the interval, but a fall
@@ -148,7 +134,7 @@ def test_a_new_device_clears_the_depths_a_dead_one_left() -> None:
     control = ControlBlock.create(namespace.control(), n_devices=1, n_frontends=1, n_models=3)
     try:
         control.set_queue_depths(0, np.array([512, 7, 0], np.uint32))  # the predecessor's last write
-        publishing_loop(Batcher(), control)._publish_queue_depths(100.0)
+        loop_with(Batcher(), control=control)._publish_queue_depths(100.0)
         assert control.models["queue_depth"][0].tolist() == [0, 0, 0]
     finally:
         control.close()
